@@ -1,0 +1,349 @@
+"""The public API hosted agents are written against — and the only one they may import.
+
+An agent declares what it is (`AgentInfo` facts, its options and capabilities, and the AOS
+facts: instructions, provider, model) and supplies a `Model`, its `ServerTool`s and,
+optionally, a `CompactionStrategy`, `Knowledge` and `Memory`. The server owns the loop: it
+feeds the model, runs the tools and routes every step through the guardian, so nothing an
+agent does escapes policy. Tools act on the world only through the `ToolContext` they are
+handed, whose every action is guarded too.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from aap_server.aos import AgentProvider, LlmProvider
+from aap_server.aos import Model as ModelInfo
+from aap_server.protocol import (
+    AgentCapabilities,
+    AgentInfo,
+    AgentOption,
+    ApplicationCapabilities,
+    AssistantMessage,
+    Content,
+    ContentBlock,
+    Empty,
+    HistoryCapabilities,
+    HistoryMessage,
+    ImageCapabilities,
+    ImageContentBlock,
+    StreamCapabilities,
+    SystemMessage,
+    TextContentBlock,
+    ThinkingContentBlock,
+    ToolMessage,
+    ToolSpec,
+    ToolUseContentBlock,
+    UserMessage,
+)
+
+__all__ = [
+    "Agent",
+    "AgentCapabilities",
+    "AgentOption",
+    "AgentProvider",
+    "AgentState",
+    "ApplicationCapabilities",
+    "AssistantMessage",
+    "CompactionPlan",
+    "CompactionStrategy",
+    "Content",
+    "ContentBlock",
+    "Empty",
+    "HistoryCapabilities",
+    "HistoryMessage",
+    "ImageCapabilities",
+    "ImageContentBlock",
+    "KeepRecentTurns",
+    "Knowledge",
+    "KnowledgeItem",
+    "LlmProvider",
+    "Memory",
+    "ModelInfo",
+    "ModelOutput",
+    "ModelRequest",
+    "ModelStop",
+    "Remember",
+    "ServerTool",
+    "StepDeniedError",
+    "StreamCapabilities",
+    "SystemMessage",
+    "TextContentBlock",
+    "TextDelta",
+    "ThinkingContentBlock",
+    "ThinkingDelta",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolMessage",
+    "ToolSpec",
+    "ToolUseContentBlock",
+    "TurnModel",
+    "UserMessage",
+    "text_of",
+]
+
+
+# --- What a model streams -------------------------------------------------------------------
+
+
+class TextDelta(msgspec.Struct, frozen=True):
+    """A piece of the reply text."""
+
+    text: str
+
+
+class ThinkingDelta(msgspec.Struct, frozen=True):
+    """A piece of visible reasoning."""
+
+    text: str
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """The model asks for a tool. Several in one response run (or are asked for) together."""
+
+    name: str
+    input: dict[str, Any]
+
+
+class Remember(msgspec.Struct, frozen=True):
+    """The model asks to store these items in the agent's memory (a guarded step)."""
+
+    items: list[str]
+
+
+class ModelStop(msgspec.Struct, frozen=True):
+    """How the response ended, when not simply `end_turn`."""
+
+    reason: Literal["end_turn", "max_tokens", "refusal"]
+
+
+ModelOutput = TextDelta | ThinkingDelta | ToolCall | Remember | ModelStop
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the model is given for one response."""
+
+    session_id: str
+    instructions: str
+    # The compacted history followed by this turn so far: exactly what the model sees.
+    history: list[HistoryMessage]
+    # Enabled server tools and the client's tools, by name.
+    tools: list[ToolSpec]
+    client_tool_names: frozenset[str]
+    # The session's options with defaults filled in (secret values included).
+    options: dict[str, str]
+    # Memory recalled for this response, after the guardian saw it.
+    memory: list[str]
+
+
+class TurnModel(abc.ABC):
+    """The agent's model: streams one response given the request."""
+
+    @abc.abstractmethod
+    def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        """Yield deltas and tool calls; return to end the response."""
+
+
+# --- Tools ----------------------------------------------------------------------------------
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure to the model (the result is marked as an error)."""
+
+
+class StepDeniedError(Exception):
+    """A guarded action was denied by policy; `reason` is the guardian's message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class KnowledgeItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One retrieved chunk of knowledge."""
+
+    id: str
+    content: str
+    mime_type: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class AgentState(abc.ABC):
+    """Agent-private per-session state the server persists with the session."""
+
+    @abc.abstractmethod
+    def get(self, key: str, default: Any = None) -> Any:
+        """The stored JSON value, or `default`."""
+
+    @abc.abstractmethod
+    def set(self, key: str, value: Any) -> None:
+        """Store a JSON-encodable value; it is written with the turn's next step."""
+
+
+class ToolContext(abc.ABC):
+    """What a running server tool may use. Every action here goes through the guardian."""
+
+    session_id: str
+    options: dict[str, str]
+    state: AgentState
+
+    @abc.abstractmethod
+    async def retrieve_knowledge(
+        self, query: str, keywords: list[str] | None = None
+    ) -> list[KnowledgeItem]:
+        """Query the agent's knowledge; the results the guardian allows (maybe modified)."""
+
+    @abc.abstractmethod
+    async def mcp_send(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Guard an outbound MCP message; returns what may be sent or raises StepDeniedError."""
+
+    @abc.abstractmethod
+    async def mcp_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Guard an inbound MCP message; returns what may be used or raises StepDeniedError."""
+
+    @abc.abstractmethod
+    async def a2a_send(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Guard an outbound A2A message; returns what may be sent or raises StepDeniedError."""
+
+    @abc.abstractmethod
+    async def a2a_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Guard an inbound A2A message; returns what may be used or raises StepDeniedError."""
+
+
+ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable[Content]]
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """A tool the agent runs on the server. `parameters` is a JSON Schema object.
+
+    Exposed tools appear in `/meta` and are enabled per session by the client; unexposed
+    ones are always available to the model and run inline.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: ToolFunction
+    title: str | None = None
+    exposed: bool = True
+    timeout_seconds: float = 10.0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            parameters=self.parameters,
+        )
+
+
+# --- Knowledge, memory, compaction -----------------------------------------------------------
+
+
+class Knowledge(abc.ABC):
+    """A source the agent's tools retrieve from (`ToolContext.retrieve_knowledge`)."""
+
+    @abc.abstractmethod
+    async def retrieve(self, query: str, keywords: list[str] | None) -> list[KnowledgeItem]:
+        """The items matching the query."""
+
+
+class Memory(abc.ABC):
+    """Long-term memory: recalled before each model response, stored on `Remember`."""
+
+    @abc.abstractmethod
+    async def recall(self, state: AgentState) -> list[str]:
+        """The memory items to put in the model's context."""
+
+    @abc.abstractmethod
+    async def remember(self, state: AgentState, items: list[str]) -> None:
+        """Store items (already allowed by the guardian)."""
+
+
+class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """Drop the `drop` oldest messages of the compacted history and put `replacement`
+    (at most `drop` messages, e.g. a summary) in their place."""
+
+    drop: int
+    replacement: list[HistoryMessage] = msgspec.field(default_factory=list)
+
+
+class CompactionStrategy(abc.ABC):
+    """Keeps what the model is fed bounded. Runs at the end of each turn."""
+
+    @abc.abstractmethod
+    def plan(self, compacted: Sequence[HistoryMessage]) -> CompactionPlan | None:
+        """What to compact now, or None."""
+
+
+class KeepRecentTurns(CompactionStrategy):
+    """Keep at most `max_messages`, cutting only where a user message starts a turn (so a
+    tool call is never separated from its result), and leave a one-line note in their place."""
+
+    def __init__(self, max_messages: int = 40) -> None:
+        self.max_messages = max_messages
+
+    def plan(self, compacted: Sequence[HistoryMessage]) -> CompactionPlan | None:
+        excess = len(compacted) - self.max_messages
+        if excess <= 0:
+            return None
+        # The first user message at or after `excess + 1` (leaving room for the note).
+        for cut in range(excess + 1, len(compacted)):
+            if isinstance(compacted[cut], UserMessage):
+                note = SystemMessage(content=f"[{cut} earlier messages were compacted away]")
+                return CompactionPlan(drop=cut, replacement=[note])
+        return None
+
+
+# --- The agent --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A hosted agent. Put one in a module of the `agents` package as `AGENT = Agent(...)`."""
+
+    name: str
+    version: str
+    instructions: str
+    provider: AgentProvider
+    model_info: ModelInfo
+    model: TurnModel
+    title: str | None = None
+    description: str | None = None
+    options: list[AgentOption] = field(default_factory=list)
+    capabilities: AgentCapabilities = field(
+        default_factory=lambda: AgentCapabilities(stream=StreamCapabilities(none=Empty()))
+    )
+    tools: list[ServerTool] = field(default_factory=list)
+    compaction: CompactionStrategy | None = None
+    knowledge: Knowledge | None = None
+    memory: Memory | None = None
+
+    @property
+    def info(self) -> AgentInfo:
+        """What `GET /meta` says of this agent."""
+        exposed = [tool.spec for tool in self.tools if tool.exposed]
+        return AgentInfo(
+            name=self.name,
+            title=self.title,
+            version=self.version,
+            description=self.description,
+            tools=exposed or None,
+            options=list(self.options) or None,
+            capabilities=self.capabilities,
+        )
+
+
+def text_of(content: Content) -> str:
+    """The plain text of message content (text blocks joined by newlines)."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.text for block in content if isinstance(block, TextContentBlock))

@@ -1,0 +1,81 @@
+"""The app factory: the one place the concrete store and guardian are built and wired."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from litestar import Litestar
+from litestar.datastructures import State
+
+from aap_server.agent import Agent
+from aap_server.api.auth import Authenticator
+from aap_server.api.errors import EXCEPTION_HANDLERS
+from aap_server.api.openapi import openapi_config
+from aap_server.api.routes import SessionsController, get_meta
+from aap_server.config import Settings
+from aap_server.guardian import AllowAll, Guardian
+from aap_server.runtime import AapService, AgentRegistry
+from aap_server.store import SessionStore
+from aap_server.store.sqlite import SqliteSessionStore
+
+logger = logging.getLogger("aap_server")
+
+
+def package_version() -> str:
+    try:
+        return version("aap-server")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
+
+
+def create_app(
+    settings: Settings,
+    agents: Sequence[Agent] | None = None,
+    *,
+    store: SessionStore | None = None,
+    guardian: Guardian | None = None,
+) -> Litestar:
+    """An ASGI app serving `agents` (default: every agent in the `agents` package)."""
+    if agents is None:
+        from agents import discover  # the hosted agents, found at start
+
+        agents = discover()
+    store = store or SqliteSessionStore(settings.db)
+    service = AapService(
+        registry=AgentRegistry(agents),
+        store=store,
+        guardian=guardian or AllowAll(),
+        guardian_timeout_seconds=settings.guardian_timeout_seconds,
+        turn_timeout_seconds=settings.turn_timeout_seconds,
+        page_size=settings.page_size,
+    )
+
+    async def open_store() -> None:
+        await store.open()
+        # Objects made at start-up live for the whole run: keep the GC from rescanning them
+        # (measured: cuts the p99 tail under load; see DESIGN stack notes).
+        gc.collect()
+        gc.freeze()
+
+    async def drain_and_close() -> None:
+        await service.shutdown(settings.shutdown_grace_seconds)
+        await store.close()
+
+    return Litestar(
+        route_handlers=[get_meta, SessionsController],
+        on_startup=[open_store],
+        on_shutdown=[drain_and_close],
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        openapi_config=openapi_config(package_version()),
+        request_max_body_size=settings.max_body_bytes,
+        state=State(
+            {
+                "settings": settings,
+                "service": service,
+                "authenticator": Authenticator(settings.api_keys),
+            }
+        ),
+    )

@@ -1,0 +1,105 @@
+"""One table from domain errors to HTTP statuses, and the handlers that write our JSON error
+shape `{"error": {"code", "message", "details"}}` — never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from aap_server.protocol import ErrorDetail, ErrorResponse
+from aap_server.runtime import (
+    AapError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    UnavailableError,
+)
+
+logger = logging.getLogger("aap_server.api")
+
+STATUS_BY_ERROR: dict[type[AapError], int] = {
+    InvalidRequestError: 400,
+    NotFoundError: 404,
+    ConflictError: 409,
+    UnavailableError: 503,
+}
+
+# Litestar's own HTTP errors by status, with our stable codes.
+CODE_BY_STATUS = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: dict[str, str] | None = None,
+) -> Response[bytes]:
+    body = msgspec.json.encode(
+        ErrorResponse(error=ErrorDetail(code=code, message=message, details=details))
+    )
+    return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def handle_domain_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    assert isinstance(error, AapError)
+    status = next(s for cls, s in STATUS_BY_ERROR.items() if isinstance(error, cls))
+    headers = None
+    if isinstance(error, ConflictError) and error.retry_after_seconds is not None:
+        headers = {"Retry-After": str(error.retry_after_seconds)}
+    if isinstance(error, UnavailableError):
+        headers = {"Retry-After": "5"}
+    return error_response(status, error.code, error.message, error.details, headers)
+
+
+def handle_validation_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    """Body or query decoding failed: name the field in the message (`messages[0].role: …`)."""
+    assert isinstance(error, ValidationException)
+    problems = error.extra if isinstance(error.extra, list) else []
+    first = problems[0] if problems and isinstance(problems[0], dict) else {}
+    if not first.get("key"):
+        # e.g. a missing query parameter: Litestar's message names it.
+        return error_response(400, "invalid_request", str(error.detail))
+    code = "invalid_query" if first.get("source") == "query" else "invalid_body"
+    return error_response(400, code, f"{first['key']}: {first.get('message')}", problems)
+
+
+def handle_http_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    assert isinstance(error, HTTPException)
+    status = error.status_code
+    detail = str(error.detail)
+    code = CODE_BY_STATUS.get(status, "http_error")
+    if status == 400 and detail.startswith("JSON is malformed"):
+        code, detail = "invalid_json", f"body: {detail}"
+    headers = dict(error.headers) if error.headers else None
+    return error_response(status, code, detail, headers=headers)
+
+
+def handle_unexpected_error(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
+    return error_response(
+        HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "the server failed; the error is logged"
+    )
+
+
+EXCEPTION_HANDLERS = {
+    AapError: handle_domain_error,
+    ValidationException: handle_validation_error,
+    HTTPException: handle_http_error,
+    Exception: handle_unexpected_error,
+}

@@ -1,0 +1,147 @@
+"""The seven AAP endpoints: authenticate, decode, call the service, encode."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.di import Provide
+from litestar.openapi.spec import Example
+from litestar.params import Parameter
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from sse_starlette import EventSourceResponse
+
+from aap_server.api.auth import Authenticator, provide_principal
+from aap_server.api.openapi import ERROR_RESPONSES
+from aap_server.api.sse import sse_frames
+from aap_server.protocol import (
+    GetMetaResponse,
+    GetSessionHistoryResponse,
+    GetSessionsResponse,
+    HistoryType,
+    PostSessionsRequest,
+    PostSessionsResponse,
+    PostSessionTurnRequest,
+    SessionInfo,
+)
+from aap_server.runtime import AapService, Principal, delta_view, message_view, none_view
+
+SessionId = Annotated[str, Parameter(description="The session id returned by POST /sessions")]
+
+
+def _service(request: Request[Any, Any, Any]) -> AapService:
+    service: AapService = request.app.state.service
+    return service
+
+
+@get(
+    "/meta",
+    summary="Get available agents info",
+    tags=["meta"],
+    responses=ERROR_RESPONSES(401),
+)
+async def get_meta(request: Request[Any, Any, Any]) -> GetMetaResponse:
+    """The protocol version (3) and every hosted agent. Public unless `public_meta` is off."""
+    if not request.app.state.settings.public_meta:
+        authenticator: Authenticator = request.app.state.authenticator
+        authenticator.principal(request.headers.get("authorization"))
+    return _service(request).meta()
+
+
+class SessionsController(Controller):
+    path = "/sessions"
+    tags = ["sessions"]  # noqa: RUF012 - Litestar reads this class attribute
+    dependencies = {"principal": Provide(provide_principal)}  # noqa: RUF012
+    security = [{"bearer": []}]  # noqa: RUF012
+
+    @get(summary="List sessions", responses=ERROR_RESPONSES(400, 401))
+    async def list_sessions(
+        self,
+        request: Request[Any, Any, Any],
+        principal: Principal,
+        after: Annotated[
+            str | None,
+            Parameter(description="The `next` cursor of the previous page", max_length=512),
+        ] = None,
+    ) -> GetSessionsResponse:
+        """The caller's sessions, newest first, paged by an opaque cursor."""
+        return await _service(request).list_sessions(principal, after)
+
+    @post(
+        summary="Create a new session",
+        status_code=HTTP_201_CREATED,
+        responses=ERROR_RESPONSES(400, 401, 413),
+    )
+    async def create_session(
+        self, request: Request[Any, Any, Any], principal: Principal, data: PostSessionsRequest
+    ) -> PostSessionsResponse:
+        """Creates a session (the agent is not run until the first turn)."""
+        return await _service(request).create_session(principal, data)
+
+    @get("/{session_id:str}", summary="Get a session by ID", responses=ERROR_RESPONSES(401, 404))
+    async def get_session(
+        self, request: Request[Any, Any, Any], principal: Principal, session_id: SessionId
+    ) -> SessionInfo:
+        """The session; secret option values read `***`."""
+        return await _service(request).get_session(principal, session_id)
+
+    @delete(
+        "/{session_id:str}",
+        summary="Delete a session",
+        status_code=HTTP_204_NO_CONTENT,
+        responses=ERROR_RESPONSES(401, 404),
+    )
+    async def delete_session(
+        self, request: Request[Any, Any, Any], principal: Principal, session_id: SessionId
+    ) -> None:
+        """Deletes the session and all its history."""
+        await _service(request).delete_session(principal, session_id)
+
+    @get(
+        "/{session_id:str}/history",
+        summary="Get session history",
+        responses=ERROR_RESPONSES(400, 401, 404),
+    )
+    async def get_history(
+        self,
+        request: Request[Any, Any, Any],
+        principal: Principal,
+        session_id: SessionId,
+        type: Annotated[
+            HistoryType,
+            Parameter(
+                description="Which history: `compacted` (what the model is fed) or `full`",
+                examples=[Example(value="full")],
+            ),
+        ],
+    ) -> GetSessionHistoryResponse:
+        """The session's history of the requested type, if the agent declares it."""
+        return await _service(request).history(principal, session_id, type)
+
+    @post(
+        "/{session_id:str}/turns",
+        summary="Send a new turn to an existing session",
+        status_code=HTTP_200_OK,
+        responses=ERROR_RESPONSES(400, 401, 404, 409, 413, 503),
+    )
+    async def post_turn(
+        self,
+        request: Request[Any, Any, Any],
+        principal: Principal,
+        session_id: SessionId,
+        data: PostSessionTurnRequest,
+    ) -> EventSourceResponse:
+        """Runs one turn. `stream: "none"` (default) answers JSON when the turn ends; `delta` and
+        `message` answer `text/event-stream` at once."""
+        service = _service(request)
+        turn = await service.start_turn(principal, session_id, data)
+        if turn.mode == "none":
+            # A Litestar Response: JSON, encoded by msgspec (the annotation covers SSE only).
+            return Response(await none_view(turn.events()))  # type: ignore[return-value]
+        view = delta_view if turn.mode == "delta" else message_view
+        settings = request.app.state.settings
+        return EventSourceResponse(
+            sse_frames(view(turn.events())),
+            ping=settings.sse_ping_seconds,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )

@@ -1,0 +1,5 @@
+"""The guardian: checks AOS requests for every agent step. Knows nothing of HTTP serving."""
+
+from aap_server.guardian.base import AllowAll, FailClosed, Guardian
+
+__all__ = ["AllowAll", "FailClosed", "Guardian"]

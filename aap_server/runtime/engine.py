@@ -1,0 +1,549 @@
+"""The turn engine: owns the agent loop, guards every step, persists at step boundaries.
+
+One `TurnRun` per turn. It emits one stream of `EngineEvent`s (the stream modes are views of
+it) and writes history append-only, one atomic `StepWrite` per step. `turn_start` is emitted
+once the turn's input is guarded and stored; `turn_stop` exactly once, whatever fails after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aap_server import aos
+from aap_server.agent import (
+    AgentState,
+    KnowledgeItem,
+    ModelRequest,
+    ModelStop,
+    Remember,
+    ServerTool,
+    StepDeniedError,
+    TextDelta,
+    ThinkingDelta,
+    ToolCall,
+    ToolContext,
+    ToolError,
+)
+from aap_server.guardian import FailClosed
+from aap_server.ids import new_id
+from aap_server.protocol import (
+    AgentConfig,
+    AssistantMessage,
+    Content,
+    ContentBlock,
+    HistoryMessage,
+    StopReason,
+    TextContentBlock,
+    TextDeltaEvent,
+    ThinkingContentBlock,
+    ThinkingDeltaEvent,
+    ToolCallEvent,
+    ToolMessage,
+    ToolPermissionMessage,
+    ToolResultEvent,
+    ToolSpec,
+    ToolUseContentBlock,
+    TurnMessage,
+    TurnStartEvent,
+    TurnStopEvent,
+    UserMessage,
+)
+from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
+from aap_server.runtime.registry import HostedAgent
+from aap_server.runtime.steps import StepFactory, content_of_outputs, parts_to_blocks, simplify
+from aap_server.store import Compaction, PendingToolCall, SessionStore, StepWrite
+
+logger = logging.getLogger("aap_server.turn")
+
+WITHHELD = "Tool result withheld by policy"
+# A model that keeps calling tools is stopped after this many responses in one turn.
+MAX_MODEL_RESPONSES = 25
+
+
+class TurnState(AgentState):
+    """Agent-private state: read once per turn, written with the turn's next step."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+        self._dirty: dict[str, Any] = {}
+
+    def load(self, values: dict[str, Any]) -> None:
+        self._values = values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self._values[key] = value
+        self._dirty[key] = value
+
+    def take_changes(self) -> dict[str, Any] | None:
+        changes, self._dirty = self._dirty, {}
+        return changes or None
+
+
+class _Stop(Exception):
+    """Ends the turn early with a stop reason (a refusal by policy, say)."""
+
+    def __init__(self, reason: StopReason) -> None:
+        self.reason = reason
+
+
+class TurnRun:
+    """One turn of one session, from its input to its `turn_stop`."""
+
+    def __init__(
+        self,
+        *,
+        hosted: HostedAgent,
+        store: SessionStore,
+        guardian: FailClosed,
+        steps: StepFactory,
+        session_id: str,
+        agent_config: AgentConfig,
+        client_tools: list[ToolSpec] | None,
+        config_changed: bool,
+        pending: list[PendingToolCall],
+        messages: list[TurnMessage],
+        emit: Callable[[EngineEvent], None],
+        tool_timeout_seconds: float | None = None,
+    ) -> None:
+        self.hosted = hosted
+        self.agent = hosted.agent
+        self.store = store
+        self.guardian = guardian
+        self.steps = steps
+        self.session_id = session_id
+        self.agent_config = agent_config
+        self.client_tools = client_tools
+        self.config_changed = config_changed
+        self.pending = pending
+        self.messages = messages
+        self.emit = emit
+        self.tool_timeout_seconds = tool_timeout_seconds
+        self.options = hosted.effective_options(agent_config)
+        self.model_tools, self.trust = hosted.model_tools(agent_config.tools, client_tools)
+        self.client_tool_names = frozenset(tool.name for tool in client_tools or [])
+        self.context: list[HistoryMessage] = []
+        self.state = TurnState()
+        self.tool_context = _GuardedToolContext(self)
+        self._refused = False
+        self._granted: list[PendingToolCall] = []
+
+    # --- the turn ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Guard and store the turn's input, then emit `turn_start`. Errors here propagate
+        (the API answers them as HTTP errors: nothing has been streamed yet)."""
+        self.context = await self.store.load_history(self.session_id, "compacted")
+        self.state.load(await self.store.load_state(self.session_id))
+        if isinstance(self.messages[0], UserMessage):
+            self._refused = not await self._accept_user_messages()
+        else:
+            self._granted = await self._accept_tool_answers()
+        self.emit(TurnStartEvent())
+
+    async def finish(self) -> None:
+        """Run the rest of the turn; emits `turn_stop` exactly once, whatever happens."""
+        reason: StopReason = "error"
+        try:
+            if self._refused:
+                reason = "refusal"
+            else:
+                if self._granted:
+                    await self._run_server_tools(self._granted, assistant=None)
+                reason = await self._loop()
+                await self._compact()
+        except _Stop as stop:
+            reason = stop.reason
+        except Exception:
+            logger.exception("turn %s of session %s failed", self.steps.turn_id, self.session_id)
+            reason = "error"
+        finally:
+            self.emit(TurnStopEvent(stop_reason=reason))
+
+    # --- input ------------------------------------------------------------------------------
+
+    def _config_write(self, **fields: Any) -> StepWrite:
+        if self.config_changed:
+            fields.setdefault("agent", self.agent_config)
+            fields.setdefault("tools", self.client_tools)
+            fields.setdefault("replace_tools", True)
+        return StepWrite(**fields)
+
+    async def _accept_user_messages(self) -> bool:
+        accepted: list[HistoryMessage] = []
+        for message in self.messages:
+            assert isinstance(message, UserMessage)
+            verdict = await self.guardian.check(self.steps.message("user", message.content))
+            if verdict.decision == "deny":
+                await self.store.commit(self.session_id, self._config_write())
+                return False
+            if verdict.decision == "modify":
+                message = UserMessage(content=self._modified_content(verdict, message.content))
+            accepted.append(message)
+        await self.store.commit(
+            self.session_id,
+            self._config_write(full=accepted, compacted=accepted, state=self.state.take_changes()),
+        )
+        self.context.extend(accepted)
+        return True
+
+    async def _accept_tool_answers(self) -> list[PendingToolCall]:
+        """Store client results and permission denials; return the granted calls to run."""
+        answers = {m.tool_call_id: m for m in self.messages if not isinstance(m, UserMessage)}
+        stored: list[HistoryMessage] = []
+        granted: list[PendingToolCall] = []
+        for call in self.pending:
+            answer = answers[call.tool_call_id]
+            if isinstance(answer, ToolPermissionMessage):
+                if answer.granted:
+                    granted.append(call)
+                    continue
+                denial = "Tool call denied" + (f": {answer.reason}" if answer.reason else "")
+                stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=denial))
+            else:
+                content = await self._guard_tool_result(call.tool_call_id, answer.content, False)
+                stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=content))
+        await self.store.commit(
+            self.session_id, self._config_write(full=stored, compacted=stored, pending=[])
+        )
+        self.context.extend(stored)
+        return granted
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def _loop(self) -> StopReason:
+        for _ in range(MAX_MODEL_RESPONSES):
+            outcome = await self._respond()
+            if outcome is not None:
+                return outcome
+        return "max_tokens"
+
+    async def _respond(self) -> StopReason | None:
+        """One model response and what follows from it; None means: ask the model again."""
+        request = ModelRequest(
+            session_id=self.session_id,
+            instructions=self.agent.instructions,
+            history=list(self.context),
+            tools=self.model_tools,
+            client_tool_names=self.client_tool_names,
+            options=self.options,
+            memory=await self._recall(),
+        )
+        thinking: list[str] = []
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        model_stop: StopReason = "end_turn"
+        async for output in self.agent.model.respond(request):
+            if isinstance(output, TextDelta):
+                if output.text:
+                    text.append(output.text)
+                    self.emit(TextDeltaEvent(delta=output.text))
+            elif isinstance(output, ThinkingDelta):
+                if output.text:
+                    thinking.append(output.text)
+                    self.emit(ThinkingDeltaEvent(delta=output.text))
+            elif isinstance(output, ToolCall):
+                calls.append(output)
+            elif isinstance(output, Remember):
+                await self._remember(output.items)
+            elif isinstance(output, ModelStop):
+                model_stop = output.reason
+
+        blocks: list[ContentBlock] = []
+        if thinking:
+            blocks.append(ThinkingContentBlock(thinking="".join(thinking)))
+        if text:
+            blocks.append(TextContentBlock(text="".join(text)))
+        if blocks:
+            verdict = await self.guardian.check(self.steps.message("agent", blocks))
+            if verdict.decision == "deny":
+                raise _Stop("refusal")
+            if verdict.decision == "modify":
+                modified = self._modified_content(verdict, blocks)
+                blocks = [
+                    block
+                    for block in (
+                        modified
+                        if isinstance(modified, list)
+                        else [TextContentBlock(text=modified)]
+                    )
+                    if isinstance(block, TextContentBlock | ThinkingContentBlock)
+                ]
+            if blocks:
+                self.emit(AssistantText(blocks=blocks))
+
+        if not calls:
+            if blocks:
+                assistant = AssistantMessage(content=simplify(blocks))
+                await self._commit([assistant], [assistant])
+                self.emit(MessageOut(message=assistant))
+            return model_stop
+
+        visible: list[ContentBlock] = list(blocks)
+        hidden_uses: list[ContentBlock] = []
+        hidden_results: list[HistoryMessage] = []
+        to_run: list[PendingToolCall] = []
+        to_ask: list[PendingToolCall] = []
+        for call in calls:
+            call_id = new_id("call_")
+            tool_input = call.input
+            refusal = self._unavailable(call.name)
+            if refusal is None:
+                verdict = await self.guardian.check(
+                    self.steps.tool_call_request(call_id, call.name, tool_input)
+                )
+                if verdict.decision == "deny":
+                    refusal = f"Tool call denied by policy: {verdict.message}"
+                elif verdict.decision == "modify":
+                    tool_input = self._modified_input(verdict, tool_input)
+            use = ToolUseContentBlock(tool_call_id=call_id, name=call.name, input=tool_input)
+            if refusal is not None:
+                # The client never sees it; the model is told why it did not happen.
+                hidden_uses.append(use)
+                hidden_results.append(ToolMessage(tool_call_id=call_id, content=refusal))
+                continue
+            visible.append(use)
+            self.emit(ToolCallEvent(tool_call_id=call_id, name=call.name, input=tool_input))
+            if call.name in self.client_tool_names:
+                to_ask.append(
+                    PendingToolCall(
+                        tool_call_id=call_id, name=call.name, input=tool_input, kind="client"
+                    )
+                )
+            elif self.trust.get(call.name, False):
+                to_run.append(
+                    PendingToolCall(
+                        tool_call_id=call_id, name=call.name, input=tool_input, kind="permission"
+                    )
+                )
+            else:
+                to_ask.append(
+                    PendingToolCall(
+                        tool_call_id=call_id, name=call.name, input=tool_input, kind="permission"
+                    )
+                )
+
+        shown = AssistantMessage(content=simplify(visible)) if visible else None
+        told = AssistantMessage(content=simplify(visible + hidden_uses))
+        if to_run:
+            await self._run_server_tools(
+                to_run, assistant=(shown, told, hidden_results), pending=to_ask or None
+            )
+        else:
+            await self._commit(
+                [shown] if shown else [], [told, *hidden_results], pending=to_ask or None
+            )
+            if shown is not None:
+                self.emit(MessageOut(message=shown))
+        if to_ask:
+            return "tool_use"
+        return None
+
+    def _unavailable(self, name: str) -> str | None:
+        if name in self.client_tool_names or name in self.trust:
+            return None
+        return f"Tool {name!r} is not available in this session"
+
+    # --- server tools -----------------------------------------------------------------------
+
+    async def _run_server_tools(
+        self,
+        calls: list[PendingToolCall],
+        assistant: tuple[AssistantMessage | None, AssistantMessage, list[HistoryMessage]] | None,
+        pending: list[PendingToolCall] | None = None,
+    ) -> None:
+        """Run server tools concurrently; emit each result as it is ready; store the calling
+        assistant message (if any) and every result in one write, so a crash never leaves a
+        tool_use without its result."""
+        results: list[ToolMessage] = []
+
+        async def run_one(call: PendingToolCall) -> None:
+            content, is_error = await self._execute(call)
+            content = await self._guard_tool_result(call.tool_call_id, content, is_error)
+            self.emit(ToolResultEvent(tool_call_id=call.tool_call_id, content=content))
+            results.append(ToolMessage(tool_call_id=call.tool_call_id, content=content))
+
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(run_one(call))
+
+        full: list[HistoryMessage] = []
+        compacted: list[HistoryMessage] = []
+        if assistant is not None:
+            shown, told, hidden_results = assistant
+            if shown is not None:
+                full.append(shown)
+                self.emit(MessageOut(message=shown))
+            compacted.extend([told, *hidden_results])
+        full.extend(results)
+        compacted.extend(results)
+        for message in results:
+            self.emit(MessageOut(message=message))
+        await self._commit(full, compacted, pending=pending)
+
+    async def _execute(self, call: PendingToolCall) -> tuple[Content, bool]:
+        tool: ServerTool = self.hosted.tools_by_name[call.name]
+        timeout = self.tool_timeout_seconds or tool.timeout_seconds
+        try:
+            async with asyncio.timeout(timeout):
+                return await tool.run(call.input, self.tool_context), False
+        except TimeoutError:
+            return f"Error: tool {call.name!r} timed out after {timeout:g} s", True
+        except ToolError as error:
+            return f"Error: {error}", True
+        except StepDeniedError as denied:
+            return f"Error: denied by policy: {denied.reason}", True
+        except Exception:
+            logger.exception("server tool %s failed", call.name)
+            return f"Error: tool {call.name!r} failed", True
+
+    async def _guard_tool_result(self, call_id: str, content: Content, is_error: bool) -> Content:
+        verdict = await self.guardian.check(self.steps.tool_call_result(call_id, content, is_error))
+        if verdict.decision == "deny":
+            return WITHHELD
+        if verdict.decision == "modify" and isinstance(
+            verdict.modified_request, aos.ToolCallResultStep
+        ):
+            return content_of_outputs(verdict.modified_request.params.effective_result.outputs)
+        return content
+
+    # --- memory, knowledge, compaction ------------------------------------------------------
+
+    async def _recall(self) -> list[str]:
+        memory = self.agent.memory
+        if memory is None:
+            return []
+        items = await memory.recall(self.state)
+        if not items:
+            return []
+        verdict = await self.guardian.check(self.steps.memory_context(items))
+        if verdict.decision == "deny":
+            return []
+        if verdict.decision == "modify" and isinstance(
+            verdict.modified_request, aos.MemoryContextRetrievalStep
+        ):
+            return list(verdict.modified_request.params.memory)
+        return items
+
+    async def _remember(self, items: list[str]) -> None:
+        memory = self.agent.memory
+        if memory is None or not items:
+            return
+        verdict = await self.guardian.check(self.steps.memory_store(items))
+        if verdict.decision == "deny":
+            return
+        if verdict.decision == "modify" and isinstance(
+            verdict.modified_request, aos.MemoryStoreStep
+        ):
+            items = list(verdict.modified_request.params.memory)
+        await memory.remember(self.state, items)
+
+    async def retrieve_knowledge(
+        self, query: str, keywords: list[str] | None
+    ) -> list[KnowledgeItem]:
+        knowledge = self.agent.knowledge
+        if knowledge is None:
+            return []
+        items = await knowledge.retrieve(query, keywords)
+        verdict = await self.guardian.check(self.steps.knowledge_retrieval(query, keywords, items))
+        if verdict.decision == "deny":
+            return []
+        if verdict.decision == "modify" and isinstance(
+            verdict.modified_request, aos.KnowledgeRetrievalStep
+        ):
+            return [
+                KnowledgeItem(
+                    id=result.id,
+                    content=result.content,
+                    mime_type=result.mime_type,
+                    metadata=result.metadata,
+                )
+                for result in verdict.modified_request.params.knowledge_step.results
+            ]
+        return items
+
+    async def guard_protocol(
+        self, protocol: str, message: dict[str, Any], direction: str
+    ) -> dict[str, Any]:
+        if protocol == "MCP":
+            request: aos.AosRequest = self.steps.mcp(message, direction)
+        else:
+            request = self.steps.a2a(message, direction)
+        verdict = await self.guardian.check(request)
+        if verdict.decision == "deny":
+            raise StepDeniedError(verdict.message)
+        modified = verdict.modified_request
+        if verdict.decision == "modify" and isinstance(modified, aos.McpMessage | aos.A2aMessage):
+            return modified.params.effective_message
+        return message
+
+    async def _compact(self) -> None:
+        strategy = self.agent.compaction
+        if strategy is None:
+            return
+        plan = strategy.plan(self.context)
+        if plan is None or plan.drop <= 0:
+            return
+        compaction = Compaction(drop=plan.drop, replacement=plan.replacement)
+        await self.store.commit(self.session_id, StepWrite(compaction=compaction))
+        self.context[: plan.drop] = plan.replacement
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    async def _commit(
+        self,
+        full: list[HistoryMessage],
+        compacted: list[HistoryMessage],
+        pending: list[PendingToolCall] | None = None,
+    ) -> None:
+        write = StepWrite(
+            full=full, compacted=compacted, pending=pending, state=self.state.take_changes()
+        )
+        await self.store.commit(self.session_id, write)
+        self.context.extend(compacted)
+
+    @staticmethod
+    def _modified_content(verdict: aos.AosSuccessResult, original: Content) -> Content:
+        modified = verdict.modified_request
+        if isinstance(modified, aos.MessageStep):
+            return simplify(parts_to_blocks(modified.params.message.content))
+        return original
+
+    @staticmethod
+    def _modified_input(verdict: aos.AosSuccessResult, original: dict[str, Any]) -> dict[str, Any]:
+        modified = verdict.modified_request
+        if isinstance(modified, aos.ToolCallRequestStep):
+            return {arg.name: arg.value for arg in modified.params.tool_call_request.inputs}
+        return original
+
+
+class _GuardedToolContext(ToolContext):
+    """The context a server tool runs with; every action goes through the turn's guardian."""
+
+    def __init__(self, run: TurnRun) -> None:
+        self._run = run
+        self.session_id = run.session_id
+        self.options = run.options
+        self.state = run.state
+
+    async def retrieve_knowledge(
+        self, query: str, keywords: list[str] | None = None
+    ) -> list[KnowledgeItem]:
+        return await self._run.retrieve_knowledge(query, keywords)
+
+    async def mcp_send(self, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._run.guard_protocol("MCP", message, "outbound")
+
+    async def mcp_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._run.guard_protocol("MCP", message, "inbound")
+
+    async def a2a_send(self, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._run.guard_protocol("A2A", message, "outbound")
+
+    async def a2a_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        return await self._run.guard_protocol("A2A", message, "inbound")

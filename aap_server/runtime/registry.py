@@ -1,0 +1,86 @@
+"""The hosted agents by name, and what each one's declarations imply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aap_server.agent import Agent, ServerTool
+from aap_server.protocol import (
+    AgentConfig,
+    AgentInfo,
+    SecretAgentOption,
+    ServerToolRef,
+    ToolSpec,
+)
+from aap_server.runtime.errors import InvalidRequestError
+
+SECRET_PLACEHOLDER = "***"  # noqa: S105 - the mask shown instead of a secret
+
+
+class HostedAgent:
+    """One agent with the lookups the runtime needs precomputed."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.info: AgentInfo = agent.info
+        self.tools_by_name: dict[str, ServerTool] = {tool.name: tool for tool in agent.tools}
+        self.exposed_tool_names = frozenset(t.name for t in agent.tools if t.exposed)
+        self.option_defaults = {option.name: option.default for option in agent.options}
+        self.options_by_name = {option.name: option for option in agent.options}
+        self.secret_options = frozenset(
+            o.name for o in agent.options if isinstance(o, SecretAgentOption)
+        )
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    def effective_options(self, config: AgentConfig) -> dict[str, str]:
+        """Declared defaults overlaid with the session's values."""
+        return {**self.option_defaults, **(config.options or {})}
+
+    def redact(self, config: AgentConfig) -> AgentConfig:
+        """The config with secret option values replaced by `***`."""
+        if not config.options or not self.secret_options.intersection(config.options):
+            return config
+        options = {
+            key: SECRET_PLACEHOLDER if key in self.secret_options else value
+            for key, value in config.options.items()
+        }
+        return AgentConfig(name=config.name, tools=config.tools, options=options)
+
+    def model_tools(
+        self, refs: list[ServerToolRef] | None, client_tools: list[ToolSpec] | None
+    ) -> tuple[list[ToolSpec], dict[str, bool]]:
+        """The tools the model may call, and for each server tool whether it is trusted.
+        Unexposed tools are always on and run inline (trusted)."""
+        trust = {tool.name: True for tool in self.agent.tools if not tool.exposed}
+        for ref in refs or []:
+            trust[ref.name] = ref.trust
+        specs = [self.tools_by_name[name].spec for name in trust]
+        specs.extend(client_tools or [])
+        return specs, trust
+
+
+class AgentRegistry:
+    """Every hosted agent, by unique name."""
+
+    def __init__(self, agents: Iterable[Agent]) -> None:
+        self._agents: dict[str, HostedAgent] = {}
+        for agent in agents:
+            if agent.name in self._agents:
+                raise ValueError(f"two agents are named {agent.name!r}")
+            self._agents[agent.name] = HostedAgent(agent)
+        self.infos = [hosted.info for hosted in self._agents.values()]
+
+    def get(self, name: str, field: str = "agent.name") -> HostedAgent:
+        hosted = self._agents.get(name)
+        if hosted is None:
+            raise InvalidRequestError(
+                f"{field}: unknown agent {name!r} (hosted: {', '.join(self._agents) or 'none'})",
+                code="unknown_agent",
+            )
+        return hosted
+
+    def find(self, name: str) -> HostedAgent | None:
+        return self._agents.get(name)

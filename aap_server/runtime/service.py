@@ -1,0 +1,264 @@
+"""The AAP operations, independent of HTTP: sessions, history, and starting turns.
+
+The API layer authenticates, decodes and calls these; each raises only domain errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aap_server.guardian import FailClosed, Guardian
+from aap_server.ids import new_id
+from aap_server.protocol import (
+    AgentConfig,
+    GetMetaResponse,
+    GetSessionHistoryResponse,
+    GetSessionsResponse,
+    HistoryBody,
+    HistoryType,
+    PostSessionsRequest,
+    PostSessionsResponse,
+    PostSessionTurnRequest,
+    SessionInfo,
+    StreamMode,
+)
+from aap_server.runtime.engine import TurnRun
+from aap_server.runtime.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    UnavailableError,
+)
+from aap_server.runtime.events import EngineEvent
+from aap_server.runtime.principal import Principal
+from aap_server.runtime.registry import AgentRegistry, HostedAgent
+from aap_server.runtime.steps import StepFactory, aos_agent, tool_definition
+from aap_server.runtime.validation import (
+    validate_new_session,
+    validate_overrides,
+    validate_seed,
+    validate_stream_mode,
+    validate_turn_messages,
+)
+from aap_server.store import InvalidCursorError, SessionRecord, SessionStore
+
+logger = logging.getLogger("aap_server.service")
+
+
+class Turn:
+    """A started turn: its events, already past `turn_start`, arrive through a queue that the
+    turn's own task fills, so a client that goes away does not stop the turn."""
+
+    def __init__(self, turn_id: str, mode: StreamMode) -> None:
+        self.turn_id = turn_id
+        self.mode = mode
+        self.queue: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
+
+    async def events(self) -> AsyncIterator[EngineEvent]:
+        while (event := await self.queue.get()) is not None:
+            yield event
+
+
+class AapService:
+    def __init__(
+        self,
+        *,
+        registry: AgentRegistry,
+        store: SessionStore,
+        guardian: Guardian,
+        guardian_timeout_seconds: float = 2.0,
+        turn_timeout_seconds: float = 300.0,
+        page_size: int = 20,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.guardian = FailClosed(guardian, guardian_timeout_seconds)
+        self.turn_timeout_seconds = turn_timeout_seconds
+        self.page_size = page_size
+        self._active: dict[str, str] = {}  # session id -> running turn id
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._accepting = True
+
+    # --- meta and sessions ------------------------------------------------------------------
+
+    def meta(self) -> GetMetaResponse:
+        return GetMetaResponse(version=3, agents=self.registry.infos)
+
+    async def create_session(
+        self, principal: Principal, request: PostSessionsRequest
+    ) -> PostSessionsResponse:
+        hosted = self.registry.get(request.agent.name)
+        validate_new_session(hosted, request.agent, request.tools)
+        seed = request.messages or []
+        validate_seed(hosted, seed)
+        record = SessionRecord(
+            session_id=new_id("sess_"),
+            owner=principal.owner,
+            agent=request.agent,
+            tools=request.tools,
+        )
+        await self.store.create_session(record, seed)
+        return PostSessionsResponse(session_id=record.session_id)
+
+    async def _record(self, principal: Principal, session_id: str) -> SessionRecord:
+        record = await self.store.get_session(session_id, principal.owner)
+        if record is None:
+            raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+        return record
+
+    def _hosted(self, record: SessionRecord) -> HostedAgent:
+        hosted = self.registry.find(record.agent.name)
+        if hosted is None:
+            raise NotFoundError(
+                f"the agent {record.agent.name!r} of session {record.session_id!r} is no "
+                "longer hosted here",
+                code="agent_not_hosted",
+            )
+        return hosted
+
+    def _info(self, record: SessionRecord) -> SessionInfo:
+        hosted = self.registry.find(record.agent.name)
+        agent = hosted.redact(record.agent) if hosted else record.agent
+        return SessionInfo(session_id=record.session_id, agent=agent, tools=record.tools)
+
+    async def get_session(self, principal: Principal, session_id: str) -> SessionInfo:
+        return self._info(await self._record(principal, session_id))
+
+    async def list_sessions(self, principal: Principal, after: str | None) -> GetSessionsResponse:
+        try:
+            page = await self.store.list_sessions(principal.owner, after, self.page_size)
+        except InvalidCursorError as error:
+            raise InvalidRequestError(
+                "after: not a cursor this server issued; pass the `next` value of a previous page",
+                code="invalid_cursor",
+            ) from error
+        return GetSessionsResponse(
+            sessions=[self._info(record) for record in page.sessions], next=page.next
+        )
+
+    async def delete_session(self, principal: Principal, session_id: str) -> None:
+        if not await self.store.delete_session(session_id, principal.owner):
+            raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+
+    async def history(
+        self, principal: Principal, session_id: str, kind: HistoryType
+    ) -> GetSessionHistoryResponse:
+        record = await self._record(principal, session_id)
+        hosted = self._hosted(record)
+        declared = hosted.info.capabilities.history if hosted.info.capabilities else None
+        if declared is None or getattr(declared, kind) is None:
+            raise NotFoundError(
+                f"type: agent {hosted.name!r} does not provide {kind} history",
+                code="history_not_supported",
+            )
+        messages = await self.store.load_history(session_id, kind)
+        body = HistoryBody(full=messages) if kind == "full" else HistoryBody(compacted=messages)
+        return GetSessionHistoryResponse(history=body)
+
+    # --- turns ------------------------------------------------------------------------------
+
+    async def start_turn(
+        self, principal: Principal, session_id: str, request: PostSessionTurnRequest
+    ) -> Turn:
+        """Validate, take the session's turn lock, guard and store the input, and return the
+        turn with `turn_start` queued. Every error here is raised before anything streams."""
+        if not self._accepting:
+            raise UnavailableError("the server is shutting down; retry shortly")
+        record = await self._record(principal, session_id)
+        hosted = self._hosted(record)
+        mode: StreamMode = request.stream or "none"
+        validate_stream_mode(hosted, mode)
+        validate_overrides(hosted, request.agent, request.tools)
+
+        active = self._active.get(session_id)
+        if active is not None:
+            raise ConflictError(
+                f"session {session_id!r} is running turn {active}; one turn at a time",
+                code="turn_in_progress",
+                details={"activeTurnId": active},
+                retry_after_seconds=1,
+            )
+        turn = Turn(new_id("turn_"), mode)
+        self._active[session_id] = turn.turn_id
+        try:
+            # Read again under the lock: the previous turn may have just stored its results.
+            record = await self._record(principal, session_id)
+            validate_turn_messages(hosted, request.messages, record.pending)
+            run = self._prepare(hosted, record, request, principal, turn)
+            await run.start()
+        except BaseException:
+            del self._active[session_id]
+            raise
+        task = asyncio.create_task(self._finish(run, turn, session_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return turn
+
+    def _prepare(
+        self,
+        hosted: HostedAgent,
+        record: SessionRecord,
+        request: PostSessionTurnRequest,
+        principal: Principal,
+        turn: Turn,
+    ) -> TurnRun:
+        overrides = request.agent
+        agent_config = record.agent
+        if overrides is not None and (overrides.tools is not None or overrides.options):
+            agent_config = AgentConfig(
+                name=record.agent.name,
+                tools=overrides.tools if overrides.tools is not None else record.agent.tools,
+                options={**(record.agent.options or {}), **(overrides.options or {})} or None,
+            )
+        client_tools = request.tools if request.tools is not None else record.tools
+        model_tools, _ = hosted.model_tools(agent_config.tools, client_tools)
+        client_names = {tool.name for tool in client_tools or []}
+        definitions = [
+            tool_definition(spec, "client" if spec.name in client_names else "server")
+            for spec in model_tools
+        ]
+        steps = StepFactory(
+            agent=aos_agent(hosted.agent, definitions),
+            session_id=record.session_id,
+            turn_id=turn.turn_id,
+            principal=principal,
+        )
+        return TurnRun(
+            hosted=hosted,
+            store=self.store,
+            guardian=self.guardian,
+            steps=steps,
+            session_id=record.session_id,
+            agent_config=agent_config,
+            client_tools=client_tools,
+            config_changed=agent_config is not record.agent or request.tools is not None,
+            pending=record.pending,
+            messages=list(request.messages),
+            emit=turn.queue.put_nowait,
+        )
+
+    async def _finish(self, run: TurnRun, turn: Turn, session_id: str) -> None:
+        try:
+            async with asyncio.timeout(self.turn_timeout_seconds):
+                await run.finish()
+        except TimeoutError:
+            logger.warning("turn %s timed out", turn.turn_id)
+        finally:
+            self._active.pop(session_id, None)
+            turn.queue.put_nowait(None)
+
+    async def shutdown(self, grace_seconds: float) -> None:
+        """Take no new turns; let running ones finish within the grace period, then stop them
+        (each still ends with `turn_stop`)."""
+        self._accepting = False
+        tasks = set(self._tasks)
+        if not tasks:
+            return
+        _, still_running = await asyncio.wait(tasks, timeout=grace_seconds)
+        for task in still_running:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*still_running, return_exceptions=True)

@@ -1,0 +1,107 @@
+"""The session store contract: what the runtime and API need from durable storage."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Literal
+
+import msgspec
+
+from aap_server.protocol import AgentConfig, HistoryMessage, ToolSpec
+
+HistoryKind = Literal["full", "compacted"]
+PendingKind = Literal["client", "permission"]
+
+
+class PendingToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call the last turn stopped on: a client tool awaiting its result, or an
+    untrusted server tool awaiting the client's permission."""
+
+    tool_call_id: str
+    name: str
+    input: dict[str, Any]
+    kind: PendingKind
+
+
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored session. `agent.options` holds real secret values: redact before showing."""
+
+    session_id: str
+    owner: str
+    agent: AgentConfig
+    tools: list[ToolSpec] | None = None
+    pending: list[PendingToolCall] = msgspec.field(default_factory=list)
+
+
+class Compaction(msgspec.Struct, frozen=True, kw_only=True):
+    """Drop the oldest `drop` compacted messages and put `replacement` (at most `drop`
+    messages, e.g. a summary) in their place, before anything else is appended."""
+
+    drop: int
+    replacement: list[HistoryMessage] = msgspec.field(default_factory=list)
+
+
+class StepWrite(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one step changes, written atomically in one call to the database thread."""
+
+    full: list[HistoryMessage] = msgspec.field(default_factory=list)
+    compacted: list[HistoryMessage] = msgspec.field(default_factory=list)
+    # When set, replaces the session's agent config / client tools / pending tool calls.
+    agent: AgentConfig | None = None
+    tools: list[ToolSpec] | None = None
+    replace_tools: bool = False
+    pending: list[PendingToolCall] | None = None
+    compaction: Compaction | None = None
+    # Agent-private per-session state to upsert (key -> JSON-encodable value).
+    state: dict[str, Any] | None = None
+
+
+class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
+    sessions: list[SessionRecord]
+    # Opaque cursor for the next page; None on the last page.
+    next: str | None = None
+
+
+class InvalidCursorError(ValueError):
+    """The `after` cursor was not one this store issued."""
+
+
+class SessionStore(abc.ABC):
+    """Async session storage. Implementations keep history append-only: a step's cost must
+    not grow with the length of the history before it."""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and apply pending schema migrations."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Finish pending writes and release the database."""
+
+    @abc.abstractmethod
+    async def create_session(self, record: SessionRecord, seed: list[HistoryMessage]) -> None:
+        """Store a new session with its seed history (both full and compacted)."""
+
+    @abc.abstractmethod
+    async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
+        """The session if it exists and belongs to `owner`."""
+
+    @abc.abstractmethod
+    async def list_sessions(self, owner: str, after: str | None, limit: int) -> SessionPage:
+        """Newest first, keyset-paged; raises InvalidCursorError for a malformed `after`."""
+
+    @abc.abstractmethod
+    async def delete_session(self, session_id: str, owner: str) -> bool:
+        """Remove the session, its history and its state; False if there was none."""
+
+    @abc.abstractmethod
+    async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
+        """The whole history of one kind, oldest first."""
+
+    @abc.abstractmethod
+    async def commit(self, session_id: str, write: StepWrite) -> None:
+        """Apply one step's writes atomically (all or nothing)."""
+
+    @abc.abstractmethod
+    async def load_state(self, session_id: str) -> dict[str, Any]:
+        """The agent-private state of a session (empty when none was stored)."""

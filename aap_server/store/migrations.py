@@ -1,0 +1,100 @@
+"""Versioned schema migrations for the SQLite session store.
+
+The schema version lives in the database header (`PRAGMA user_version`). `MIGRATIONS[i]`
+takes a database from version `i` to version `i + 1`; they are only ever appended to, never
+edited once released. All pending migrations run in one `BEGIN IMMEDIATE` transaction
+together with the version bump, so a crash or an error leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Each entry is a script of `;`-terminated statements. Values are msgspec JSON bytes.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, both histories, agent-private state.
+    """
+    CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        owner      TEXT NOT NULL,
+        agent      BLOB NOT NULL,
+        tools      BLOB,
+        pending    BLOB NOT NULL,
+        created_at INTEGER NOT NULL  -- unix milliseconds
+    );
+    CREATE INDEX sessions_by_owner ON sessions (owner, session_id);
+
+    CREATE TABLE history_full (
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        seq        INTEGER NOT NULL,
+        message    BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE history_compacted (
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        seq        INTEGER NOT NULL,
+        message    BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE agent_state (
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        key        TEXT NOT NULL,
+        value      BLOB NOT NULL,
+        PRIMARY KEY (session_id, key)
+    ) WITHOUT ROWID;
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaVersionError(RuntimeError):
+    """The database was written by a newer version of this code; refusing to touch it."""
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a script into complete statements (`sqlite3.complete_statement` understands
+    string literals, comments and trigger bodies, so a `;` inside them does not split)."""
+    statements: list[str] = []
+    current = ""
+    for piece in script.split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            if current.strip(" \t\r\n;"):
+                statements.append(current.strip())
+            current = ""
+    if current.strip(" \t\r\n;"):
+        raise ValueError(f"incomplete SQL statement in migration: {current.strip()!r}")
+    return statements
+
+
+def migrate(conn: sqlite3.Connection, migrations: tuple[str, ...] = MIGRATIONS) -> tuple[int, int]:
+    """Bring the schema up to `len(migrations)`; returns (version before, version after).
+
+    Runs on the database thread with a connection in autocommit mode
+    (`isolation_level=None`). Statements are executed one by one rather than through
+    `executescript`, which would COMMIT the surrounding transaction first.
+    """
+    target = len(migrations)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (current,) = conn.execute("PRAGMA user_version").fetchone()
+        if current > target:
+            raise SchemaVersionError(
+                f"database schema version {current} is newer than this server supports "
+                f"({target}); upgrade aap-server or use another database file"
+            )
+        for script in migrations[current:]:
+            for statement in split_statements(script):
+                conn.execute(statement)
+        if current != target:
+            # PRAGMA takes no parameters; `target` is an int we computed.
+            conn.execute(f"PRAGMA user_version = {int(target)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return current, target

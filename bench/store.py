@@ -1,0 +1,98 @@
+"""Commit cost of the SQLite session store versus history length.
+
+    python bench/store.py
+
+Times `commit` of one step (a user and an assistant message, to both histories) on a
+session with 10 messages of history and on one with 10,000, then the commit rate of
+sequential and of concurrent writers. Runs on a temporary file database (WAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aap_server.ids import new_id
+from aap_server.protocol import AgentConfig, AssistantMessage, UserMessage
+from aap_server.store import SessionRecord, SqliteSessionStore, StepWrite
+
+SAMPLES = 2000
+CONCURRENCY = 50
+
+
+def step(i: int) -> StepWrite:
+    messages = [
+        UserMessage(content=f"question {i}: what is the weather like today?"),
+        AssistantMessage(content=f"answer {i}: sunny, 21 degrees, light wind from the west."),
+    ]
+    return StepWrite(full=messages, compacted=messages, state={"turns": i})
+
+
+async def new_session(store: SqliteSessionStore, history: int) -> str:
+    record = SessionRecord(
+        session_id=new_id("sess_"), owner="bench", agent=AgentConfig(name="echo")
+    )
+    seed = [UserMessage(content=f"seed message {i} " + "x" * 100) for i in range(history)]
+    await store.create_session(record, seed)
+    return record.session_id
+
+
+async def time_commits(store: SqliteSessionStore, session_id: str, n: int) -> list[float]:
+    timings = []
+    for i in range(n):
+        start = time.perf_counter()
+        await store.commit(session_id, step(i))
+        timings.append(time.perf_counter() - start)
+    return timings
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteSessionStore(str(Path(tmp) / "bench.db"))
+        await store.open()
+        try:
+            short = await new_session(store, 10)
+            long = await new_session(store, 10_000)
+            await time_commits(store, short, 200)  # warm up caches and statements
+            await time_commits(store, long, 200)
+
+            # Interleave the two so drift (WAL growth, checkpoints) hits both alike.
+            short_t: list[float] = []
+            long_t: list[float] = []
+            for _ in range(10):
+                short_t += await time_commits(store, short, SAMPLES // 10)
+                long_t += await time_commits(store, long, SAMPLES // 10)
+
+            print(f"commit of one step (2 messages to full + compacted), {SAMPLES} samples each")
+            for label, timings in (("10-row history", short_t), ("10,000-row history", long_t)):
+                median = statistics.median(timings) * 1e6
+                p99 = statistics.quantiles(timings, n=100)[98] * 1e6
+                print(f"  {label:<20} median {median:7.1f} µs   p99 {p99:7.1f} µs")
+            ratio = statistics.median(long_t) / statistics.median(short_t)
+            print(f"  ratio long/short     {ratio:7.2f}x")
+
+            seq_n = 3000
+            start = time.perf_counter()
+            await time_commits(store, long, seq_n)
+            seq_rate = seq_n / (time.perf_counter() - start)
+            print(f"sequential commits/s (one writer)          {seq_rate:8.0f}")
+
+            sessions = [await new_session(store, 10) for _ in range(CONCURRENCY)]
+            rounds = 60
+            start = time.perf_counter()
+            for r in range(rounds):
+                await asyncio.gather(*(store.commit(s, step(r)) for s in sessions))
+            con_rate = rounds * CONCURRENCY / (time.perf_counter() - start)
+            print(f"concurrent commits/s ({CONCURRENCY} sessions at once)    {con_rate:8.0f}")
+        finally:
+            await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

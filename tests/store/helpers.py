@@ -1,0 +1,60 @@
+"""Builders shared by the store tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aap_server.ids import new_id
+from aap_server.protocol import (
+    AgentConfig,
+    AssistantMessage,
+    HistoryMessage,
+    ServerToolRef,
+    ToolSpec,
+    UserMessage,
+)
+from aap_server.store import PendingToolCall, SessionRecord
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text)
+
+
+def assistant(text: str) -> AssistantMessage:
+    return AssistantMessage(content=text)
+
+
+def texts(history: Sequence[HistoryMessage]) -> list[str]:
+    """The string content of each message, for compact assertions."""
+    out: list[str] = []
+    for message in history:
+        assert isinstance(message.content, str), message
+        out.append(message.content)
+    return out
+
+
+def agent(name: str = "echo", **options: str) -> AgentConfig:
+    return AgentConfig(
+        name=name,
+        tools=[ServerToolRef(name="search", trust=True)],
+        options=options or {"apiKey": "s3cret", "model": "small"},
+    )
+
+
+def tool(name: str) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description=f"the {name} tool",
+        parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+    )
+
+
+def pending_call(call_id: str, kind: Any = "client") -> PendingToolCall:
+    return PendingToolCall(tool_call_id=call_id, name="lookup", input={"q": call_id}, kind=kind)
+
+
+def new_record(owner: str = "alice", **fields: Any) -> SessionRecord:
+    values: dict[str, Any] = {"session_id": new_id("sess_"), "owner": owner, "agent": agent()}
+    values.update(fields)
+    return SessionRecord(**values)
