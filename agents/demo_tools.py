@@ -252,10 +252,11 @@ NOTES: tuple[Note, ...] = (
 )
 
 MAX_RESULTS = 3
-_STOP_WORDS = frozenset(
+_STOP_WORD_TEXT = (
     "a an and are at be by for from how i in is it me my of on or the to what when where "
-    "who with you your".split()
+    "who with you your"
 )
+_STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 
 
 def words_of(text: str) -> set[str]:
@@ -355,9 +356,7 @@ async def _run_send_email(arguments: dict[str, Any], ctx: ToolContext) -> str:
 SEND_EMAIL = ServerTool(
     name="send_email",
     title="Send e-mail (demo)",
-    description=(
-        "Queue an e-mail in this session's demo outbox. Nothing is actually sent."
-    ),
+    description="Queue an e-mail in this session's demo outbox. Nothing is actually sent.",
     parameters=_object_schema(
         {
             "to": {"type": "string", "description": "Recipient address", "maxLength": 254},

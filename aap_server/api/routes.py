@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.openapi.spec import Example
-from litestar.params import Parameter
+from litestar.params import JSONBody, Parameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sse_starlette import EventSourceResponse
 
@@ -26,6 +26,7 @@ from aap_server.protocol import (
 )
 from aap_server.runtime import AapService, Principal, delta_view, message_view, none_view
 
+Caller = NamedDependency[Principal]
 SessionId = Annotated[str, Parameter(description="The session id returned by POST /sessions")]
 
 
@@ -58,7 +59,7 @@ class SessionsController(Controller):
     async def list_sessions(
         self,
         request: Request[Any, Any, Any],
-        principal: Principal,
+        principal: Caller,
         after: Annotated[
             str | None,
             Parameter(description="The `next` cursor of the previous page", max_length=512),
@@ -73,14 +74,14 @@ class SessionsController(Controller):
         responses=ERROR_RESPONSES(400, 401, 413),
     )
     async def create_session(
-        self, request: Request[Any, Any, Any], principal: Principal, data: PostSessionsRequest
+        self, request: Request[Any, Any, Any], principal: Caller, data: JSONBody[PostSessionsRequest]
     ) -> PostSessionsResponse:
         """Creates a session (the agent is not run until the first turn)."""
         return await _service(request).create_session(principal, data)
 
     @get("/{session_id:str}", summary="Get a session by ID", responses=ERROR_RESPONSES(401, 404))
     async def get_session(
-        self, request: Request[Any, Any, Any], principal: Principal, session_id: SessionId
+        self, request: Request[Any, Any, Any], principal: Caller, session_id: SessionId
     ) -> SessionInfo:
         """The session; secret option values read `***`."""
         return await _service(request).get_session(principal, session_id)
@@ -92,7 +93,7 @@ class SessionsController(Controller):
         responses=ERROR_RESPONSES(401, 404),
     )
     async def delete_session(
-        self, request: Request[Any, Any, Any], principal: Principal, session_id: SessionId
+        self, request: Request[Any, Any, Any], principal: Caller, session_id: SessionId
     ) -> None:
         """Deletes the session and all its history."""
         await _service(request).delete_session(principal, session_id)
@@ -105,7 +106,7 @@ class SessionsController(Controller):
     async def get_history(
         self,
         request: Request[Any, Any, Any],
-        principal: Principal,
+        principal: Caller,
         session_id: SessionId,
         type: Annotated[
             HistoryType,
@@ -127,9 +128,9 @@ class SessionsController(Controller):
     async def post_turn(
         self,
         request: Request[Any, Any, Any],
-        principal: Principal,
+        principal: Caller,
         session_id: SessionId,
-        data: PostSessionTurnRequest,
+        data: JSONBody[PostSessionTurnRequest],
     ) -> EventSourceResponse:
         """Runs one turn. `stream: "none"` (default) answers JSON when the turn ends; `delta` and
         `message` answer `text/event-stream` at once."""
