@@ -1,0 +1,218 @@
+"""Turn throughput and time to first event with the demo agent, over real HTTP.
+
+Starts `aap-server serve` on a loopback port with a fresh SQLite file (keys configured, as in
+production), then drives it from this process with httpx. Prints medians and p99s, and the
+ratio to a bare `GET /meta` measured against the same server in the same run (the floor a
+turn cannot beat: HTTP + auth-free routing + JSON).
+
+    python bench/turns.py [--seconds 4] [--concurrency 16]
+
+Client and server share the machine's cores, so absolute figures understate the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+
+KEY = "bench-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+MESSAGE = "The quick brown fox jumps over the lazy dog, fifteen words in all for this echo test."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_server(port: int, db: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "AAP_API_KEYS": f"{KEY}:bench:bench", "AAP_LOG_LEVEL": "warning"}
+    command = [
+        sys.executable,
+        "-m",
+        "aap_server.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        str(db),
+    ]
+    return subprocess.Popen(command, env=env)
+
+
+async def wait_ready(client: httpx.AsyncClient) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if (await client.get("/meta")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+class Connection:
+    """A bare keep-alive HTTP/1.1 connection: httpx tops out near 1k requests/s on this
+    machine, which would measure the client instead of the server."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader
+        self.writer: asyncio.StreamWriter
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        on_first_event: Callable[[], None] | None = None,
+    ) -> tuple[int, bytes]:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        status_line = await self.reader.readline()
+        status = int(status_line.split()[1])
+        headers: dict[bytes, bytes] = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        if b"content-length" in headers:
+            return status, await self.reader.readexactly(int(headers[b"content-length"]))
+        chunks: list[bytes] = []
+        while True:  # chunked (the SSE stream)
+            size = int((await self.reader.readline()).strip(), 16)
+            if size == 0:
+                await self.reader.readline()
+                return status, b"".join(chunks)
+            chunk = await self.reader.readexactly(size)
+            await self.reader.readline()
+            if on_first_event is not None and b"event:" in chunk:
+                on_first_event()
+                on_first_event = None
+            chunks.append(chunk)
+
+
+async def run_for(
+    seconds: float,
+    connections: list[Connection],
+    one: Callable[[Connection, int], Awaitable[float]],
+) -> tuple[int, float, list[float]]:
+    """Call `one` on every connection in a loop for `seconds`; return count, time, latencies."""
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+
+    async def worker(index: int) -> None:
+        while time.monotonic() < deadline:
+            latencies.append(await one(connections[index], index))
+
+    await asyncio.gather(*(worker(i) for i in range(len(connections))))
+    return len(latencies), seconds, latencies
+
+
+def p99(values: list[float]) -> float:
+    return sorted(values)[max(0, int(len(values) * 0.99) - 1)]
+
+
+def report(name: str, count: int, seconds: float, latencies: list[float]) -> float:
+    rate = count / seconds
+    print(
+        f"{name:<34} {rate:8.0f}/s   median {statistics.median(latencies) * 1000:7.2f} ms"
+        f"   p99 {p99(latencies) * 1000:7.2f} ms"
+    )
+    return rate
+
+
+async def main(seconds: float, concurrency: int) -> None:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(port, Path(tmp) / "bench.db")
+        try:
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=30
+            ) as client:
+                await wait_ready(client)
+                sessions = []
+                for _ in range(concurrency):
+                    response = await client.post("/sessions", json={"agent": {"name": "demo"}})
+                    sessions.append(response.json()["sessionId"])
+            connections = [Connection(port) for _ in range(concurrency)]
+            for connection in connections:
+                await connection.open()
+            await measure(connections, sessions, seconds)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+async def measure(connections: list[Connection], sessions: list[str], seconds: float) -> None:
+    def body(mode: str) -> bytes:
+        return json.dumps(
+            {"stream": mode, "messages": [{"role": "user", "content": MESSAGE}]}
+        ).encode()
+
+    async def meta(connection: Connection, _: int) -> float:
+        start = time.perf_counter()
+        status, _ = await connection.request("GET", "/meta")
+        assert status == 200
+        return time.perf_counter() - start
+
+    first_event: list[float] = []
+
+    def turn(mode: str) -> Callable[[Connection, int], Awaitable[float]]:
+        payload = body(mode)
+
+        async def one(connection: Connection, worker: int) -> float:
+            start = time.perf_counter()
+
+            def seen() -> None:
+                first_event.append(time.perf_counter() - start)
+
+            status, _ = await connection.request(
+                "POST", f"/sessions/{sessions[worker]}/turns", payload, seen
+            )
+            assert status == 200, status
+            return time.perf_counter() - start
+
+        return one
+
+    print(f"demo agent, {len(connections)} keep-alive clients, {seconds:g} s per scenario")
+    await run_for(1, connections, turn("none"))  # warm-up
+    base = report("GET /meta (baseline)", *await run_for(seconds, connections, meta))
+    none_rate = report("turn, stream none", *await run_for(seconds, connections, turn("none")))
+    delta_rate = report("turn, stream delta", *await run_for(seconds, connections, turn("delta")))
+    first_event.clear()
+    report("turn, stream message", *await run_for(seconds, connections, turn("message")))
+    print(
+        f"time to first event (message mode) median {statistics.median(first_event) * 1000:6.2f} ms"
+        f"   p99 {p99(first_event) * 1000:7.2f} ms"
+    )
+    print(f"ratio none turns / baseline GETs   {none_rate / base:7.2f}")
+    print(f"ratio delta turns / baseline GETs  {delta_rate / base:7.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.seconds, arguments.concurrency))
