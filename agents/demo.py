@@ -9,10 +9,6 @@ server.
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
-
 from aap_server.agent import (
     Agent,
     AgentCapabilities,
@@ -25,7 +21,10 @@ from aap_server.agent import (
     KeepRecentTurns,
     LlmProvider,
     ModelInfo,
+    SecretAgentOption,
+    SelectAgentOption,
     StreamCapabilities,
+    TextAgentOption,
 )
 from agents.demo_model import DemoModel
 from agents.demo_tools import TOOLS, DemoMemory, NotesKnowledge
@@ -35,31 +34,21 @@ __all__ = ["AGENT", "OPTIONS", "STYLES"]
 STYLES = ["plain", "upper", "pirate"]
 
 
-def _option(**fields: Any) -> AgentOption:
-    # `aap_server.agent` exports only the `AgentOption` union, not its Select/Text/Secret
-    # members, so each option is decoded from its wire form (`type` is the tag).
-    option: AgentOption = msgspec.convert(fields, AgentOption)
-    return option
-
-
 OPTIONS: list[AgentOption] = [
-    _option(
-        type="select",
+    SelectAgentOption(
         name="style",
         title="Style",
         description="How replies are styled: plain, UPPER CASE, or like a pirate.",
         options=STYLES,
         default="plain",
     ),
-    _option(
-        type="text",
+    TextAgentOption(
         name="signature",
         title="Signature",
         description="Appended to every reply as '— <signature>' when not empty.",
         default="",
     ),
-    _option(
-        type="secret",
+    SecretAgentOption(
         name="api_key",
         title="API key",
         description="Used for nothing; /options only says whether one is set.",
