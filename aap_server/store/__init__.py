@@ -10,6 +10,7 @@ from aap_server.store.base import (
     SessionRecord,
     SessionStore,
     StepWrite,
+    TurnSnapshot,
 )
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "SessionRecord",
     "SessionStore",
     "StepWrite",
+    "TurnSnapshot",
 ]
 
 from aap_server.store.migrations import SCHEMA_VERSION, SchemaVersionError

@@ -56,6 +56,14 @@ class StepWrite(msgspec.Struct, frozen=True, kw_only=True):
     state: dict[str, Any] | None = None
 
 
+class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What a turn starts from, read in one go."""
+
+    record: SessionRecord
+    compacted: list[HistoryMessage]
+    state: dict[str, Any]
+
+
 class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
     sessions: list[SessionRecord]
     # Opaque cursor for the next page; None on the last page.
@@ -97,6 +105,10 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
         """The whole history of one kind, oldest first."""
+
+    @abc.abstractmethod
+    async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
+        """The session (if `owner`'s), its compacted history and its state, read together."""
 
     @abc.abstractmethod
     async def commit(self, session_id: str, write: StepWrite) -> None:

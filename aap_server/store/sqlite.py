@@ -34,6 +34,7 @@ from aap_server.store.base import (
     SessionRecord,
     SessionStore,
     StepWrite,
+    TurnSnapshot,
 )
 from aap_server.store.migrations import migrate
 
@@ -372,6 +373,24 @@ class SqliteSessionStore(SessionStore):
             return []
         # One decode call for the whole list is much faster than one per message.
         return _HISTORY_DECODER.decode(b"[" + b",".join(r[0] for r in rows) + b"]")
+
+    async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any]] | None:
+            row = conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone()
+            if row is None:
+                return None
+            history = conn.execute(_SELECT_HISTORY["compacted"], (session_id,)).fetchall()
+            return row, history, conn.execute(_SELECT_STATE, (session_id,)).fetchall()
+
+        found = await self._run(read)
+        if found is None:
+            return None
+        row, history, state = found
+        return TurnSnapshot(
+            record=_record(session_id, owner, *row),
+            compacted=_HISTORY_DECODER.decode(b"[" + b",".join(r[0] for r in history) + b"]"),
+            state={key: _ANY_DECODER.decode(value) for key, value in state},
+        )
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
         encode = _ENCODER.encode

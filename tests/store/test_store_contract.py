@@ -551,3 +551,24 @@ async def test_concurrent_commits_to_one_session_land_whole_and_in_one_order(
     assert full == [t for i in order for t in (f"q{i}", f"a{i}")]  # each step stays whole
     assert compacted == full
     assert await store.load_state(record.session_id) == {f"k{i}": i for i in range(50)}
+
+
+async def test_turn_snapshot_reads_session_compacted_history_and_state_together(
+    store: SessionStore,
+) -> None:
+    record = new_record(owner="alice")
+    await store.create_session(record, [user("one")])
+    await store.commit(
+        record.session_id,
+        StepWrite(full=[assistant("two")], compacted=[assistant("two")], state={"n": 1}),
+    )
+    await store.commit(record.session_id, StepWrite(compaction=Compaction(drop=1, replacement=[])))
+
+    snapshot = await store.load_turn(record.session_id, "alice")
+
+    assert snapshot is not None
+    assert snapshot.record == record
+    assert texts(snapshot.compacted) == ["two"]
+    assert snapshot.state == {"n": 1}
+    assert await store.load_turn(record.session_id, "mallory") is None
+    assert await store.load_turn("sess_missing", "alice") is None
