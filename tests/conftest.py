@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,10 +15,21 @@ import uvicorn
 from litestar import Litestar
 
 from aap_server import aos
-from aap_server.agent import Agent
+from aap_server.agent import (
+    Agent,
+    AgentProvider,
+    LlmProvider,
+    ModelInfo,
+    ModelOutput,
+    ModelRequest,
+    TextDelta,
+    TurnModel,
+    UserMessage,
+    text_of,
+)
 from aap_server.api import create_app
 from aap_server.config import ApiKey, Settings
-from aap_server.guardian import Guardian
+from aap_server.guardian import Guardian, HoldMessage, TextScreen
 
 Verdict = Callable[[aos.AosRequest], aos.AosSuccessResult | None]
 
@@ -24,9 +37,13 @@ Verdict = Callable[[aos.AosRequest], aos.AosSuccessResult | None]
 class ScriptedGuardian(Guardian):
     """Records every request; answers with the first rule that returns a verdict (else allow)."""
 
-    def __init__(self) -> None:
+    def __init__(self, screen: Callable[[], TextScreen] = HoldMessage) -> None:
         self.requests: list[aos.AosRequest] = []
         self.rules: list[Verdict] = []
+        self.screen = screen
+
+    def text_screen(self) -> TextScreen:
+        return self.screen()
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         self.requests.append(request)
@@ -101,9 +118,10 @@ async def harness(
     settings = settings or Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
     app = create_app(settings, agents if agents is not None else demo_agents(), guardian=guardian)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with serve(app) as base_url, httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=30
-    ) as client:
+    async with (
+        serve(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client,
+    ):
         yield Harness(base_url, client, guardian)
 
 
@@ -111,3 +129,96 @@ async def harness(
 async def h(tmp_path: Path) -> AsyncIterator[Harness]:
     async with harness(tmp_path) as running:
         yield running
+
+
+# --- Helpers added for the end-to-end suites (sessions, bad input, auth, concurrency, ...) ---
+
+
+class AppHarness(Harness):
+    """A `Harness` that also holds the app, for tests that look at the service inside it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        client: httpx.AsyncClient,
+        guardian: ScriptedGuardian,
+        app: Litestar,
+    ) -> None:
+        super().__init__(base_url, client, guardian)
+        self.app = app
+
+
+@asynccontextmanager
+async def app_harness(
+    tmp_path: Path,
+    *,
+    agents: Sequence[Agent] | None = None,
+    settings: Settings | None = None,
+    key: str | None = "key-alice",
+) -> AsyncIterator[AppHarness]:
+    """Like `harness`, but the yielded object has `.app` (its `app.state.service` etc.)."""
+    guardian = ScriptedGuardian()
+    settings = settings or Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
+    app = create_app(settings, agents if agents is not None else demo_agents(), guardian=guardian)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (
+        serve(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client,
+    ):
+        yield AppHarness(base_url, client, guardian, app)
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """The response is our JSON error shape with `status` (and `code`); returns `error`."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert isinstance(error["code"], str)
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    assert "Traceback" not in response.text
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    within: float = 5.0,
+    interval: float = 0.01,
+) -> None:
+    """Poll `predicate` (sync or async) until it is true; fail after `within` seconds."""
+    async with asyncio.timeout(within):
+        while True:
+            result = predicate()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(interval)
+
+
+class EchoModel(TurnModel):
+    """A model that answers `Echo: <last user text>`."""
+
+    async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        last = next((m for m in reversed(request.history) if isinstance(m, UserMessage)), None)
+        yield TextDelta(f"Echo: {text_of(last.content) if last else ''}")
+
+
+def tiny_agent(name: str = "tiny", **fields: Any) -> Agent:
+    """A minimal agent built on the public `aap_server.agent` API; `fields` override any
+    `Agent` field (capabilities, options, tools, ...). By default it declares only
+    `stream.none` (the AAP default) and no history, images or client tools."""
+    base: dict[str, Any] = {
+        "name": name,
+        "version": "0.0.1",
+        "instructions": "Echo the user.",
+        "provider": AgentProvider(name="tests", url="https://example.invalid/tests"),
+        "model_info": ModelInfo(name="echo", id="echo-1", provider=LlmProvider(name="tests")),
+        "model": EchoModel(),
+    }
+    base.update(fields)
+    return Agent(**base)

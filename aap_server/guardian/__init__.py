@@ -1,5 +1,12 @@
 """The guardian: checks AOS requests for every agent step. Knows nothing of HTTP serving."""
 
-from aap_server.guardian.base import AllowAll, FailClosed, Guardian
+from aap_server.guardian.base import (
+    AllowAll,
+    FailClosed,
+    Guardian,
+    HoldMessage,
+    PassThrough,
+    TextScreen,
+)
 
-__all__ = ["AllowAll", "FailClosed", "Guardian"]
+__all__ = ["AllowAll", "FailClosed", "Guardian", "HoldMessage", "PassThrough", "TextScreen"]

@@ -11,6 +11,44 @@ from aap_server.aos import AosRequest, AosSuccessResult
 logger = logging.getLogger("aap_server.guardian")
 
 
+class TextScreen(abc.ABC):
+    """Decides how much of an agent message's streamed text may leave the server before the
+    whole message has been checked (`steps/message`, role agent). One per message and kind."""
+
+    @abc.abstractmethod
+    def feed(self, delta: str) -> str:
+        """Take the next delta; return the text that is safe to send now."""
+
+    @abc.abstractmethod
+    def flush(self) -> str:
+        """The message was allowed: return everything still held."""
+
+
+class HoldMessage(TextScreen):
+    """Sends nothing until the whole message is allowed: safe with any guardian."""
+
+    def __init__(self) -> None:
+        self._held: list[str] = []
+
+    def feed(self, delta: str) -> str:
+        self._held.append(delta)
+        return ""
+
+    def flush(self) -> str:
+        held, self._held = "".join(self._held), []
+        return held
+
+
+class PassThrough(TextScreen):
+    """Sends every delta at once: for guardians that never deny or modify agent text."""
+
+    def feed(self, delta: str) -> str:
+        return delta
+
+    def flush(self) -> str:
+        return ""
+
+
 class Guardian(abc.ABC):
     """Checks one AOS 0.1 request object and returns the verdict (`allow`/`deny`/`modify`)."""
 
@@ -18,12 +56,20 @@ class Guardian(abc.ABC):
     async def check(self, request: AosRequest) -> AosSuccessResult:
         """The verdict on one step. May raise; callers go through `FailClosed`."""
 
+    def text_screen(self) -> TextScreen:
+        """How agent text deltas are released ahead of the message check. The default holds
+        each message whole; a guardian that can judge partial text releases it sooner."""
+        return HoldMessage()
+
 
 class AllowAll(Guardian):
     """Allows every step. The foundation's default until a policy engine is configured."""
 
     async def check(self, request: AosRequest) -> AosSuccessResult:
         return AosSuccessResult(decision="allow", message="allowed", reason_code=["default.allow"])
+
+    def text_screen(self) -> TextScreen:
+        return PassThrough()
 
 
 class FailClosed:
@@ -33,6 +79,13 @@ class FailClosed:
     def __init__(self, guardian: Guardian, timeout_seconds: float = 2.0) -> None:
         self.guardian = guardian
         self.timeout_seconds = timeout_seconds
+
+    def text_screen(self) -> TextScreen:
+        try:
+            return self.guardian.text_screen()
+        except Exception:
+            logger.exception("guardian text screen failed; holding whole messages")
+            return HoldMessage()
 
     async def check(self, request: AosRequest) -> AosSuccessResult:
         try:

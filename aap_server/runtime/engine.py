@@ -3,6 +3,8 @@
 One `TurnRun` per turn. It emits one stream of `EngineEvent`s (the stream modes are views of
 it) and writes history append-only, one atomic `StepWrite` per step. `turn_start` is emitted
 once the turn's input is guarded and stored; `turn_stop` exactly once, whatever fails after.
+Agent text leaves only as the guardian allows: its text screen releases deltas early (or holds
+them) and the whole message is checked before the rest is sent (see `_Streamed`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from aap_server.agent import (
     ToolContext,
     ToolError,
 )
-from aap_server.guardian import FailClosed
+from aap_server.guardian import FailClosed, TextScreen
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
@@ -90,6 +92,61 @@ class _Stop(Exception):
 
     def __init__(self, reason: StopReason) -> None:
         self.reason = reason
+
+
+def _message_blocks(thinking: str, text: str) -> list[ContentBlock]:
+    """An assistant message's blocks: at most one thinking block, then at most one text block
+    (the shape a client's fold of `thinking`/`text` deltas builds)."""
+    blocks: list[ContentBlock] = []
+    if thinking:
+        blocks.append(ThinkingContentBlock(thinking=thinking))
+    if text:
+        blocks.append(TextContentBlock(text=text))
+    return blocks
+
+
+class _Streamed:
+    """One kind of delta (text or thinking) of one message: what the model said, and what
+    the guardian's text screen has let out so far."""
+
+    def __init__(
+        self,
+        screen: TextScreen,
+        event: type[TextDeltaEvent] | type[ThinkingDeltaEvent],
+        emit: Callable[[EngineEvent], None],
+    ) -> None:
+        self.screen = screen
+        self.event = event
+        self.emit = emit
+        self.pieces: list[str] = []
+        self.released: list[str] = []
+
+    @property
+    def whole(self) -> str:
+        return "".join(self.pieces)
+
+    def feed(self, delta: str) -> None:
+        if delta:
+            self.pieces.append(delta)
+            self._send(self.screen.feed(delta))
+
+    def finish(self) -> None:
+        """The message was allowed: let out what the screen still holds."""
+        self._send(self.screen.flush())
+
+    def finish_as(self, modified: str) -> None:
+        """The message was modified: send the rest of the modified text, if what already left
+        is its beginning (a screen that released text should have caught what gets modified)."""
+        sent = "".join(self.released)
+        if modified.startswith(sent):
+            self._send(modified[len(sent) :])
+        else:
+            logger.warning("modified agent text differs from text already streamed")
+
+    def _send(self, text: str) -> None:
+        if text:
+            self.released.append(text)
+            self.emit(self.event(delta=text))
 
 
 class TurnRun:
@@ -234,19 +291,17 @@ class TurnRun:
             options=self.options,
             memory=await self._recall(),
         )
-        thinking: list[str] = []
-        text: list[str] = []
+        # Deltas leave as the guardian's text screen releases them; the rest once the whole
+        # message has passed its `steps/message` check.
+        thinking = _Streamed(self.guardian.text_screen(), ThinkingDeltaEvent, self.emit)
+        text = _Streamed(self.guardian.text_screen(), TextDeltaEvent, self.emit)
         calls: list[ToolCall] = []
         model_stop: StopReason = "end_turn"
         async for output in self.agent.model.respond(request):
             if isinstance(output, TextDelta):
-                if output.text:
-                    text.append(output.text)
-                    self.emit(TextDeltaEvent(delta=output.text))
+                text.feed(output.text)
             elif isinstance(output, ThinkingDelta):
-                if output.text:
-                    thinking.append(output.text)
-                    self.emit(ThinkingDeltaEvent(delta=output.text))
+                thinking.feed(output.text)
             elif isinstance(output, ToolCall):
                 calls.append(output)
             elif isinstance(output, Remember):
@@ -254,26 +309,26 @@ class TurnRun:
             elif isinstance(output, ModelStop):
                 model_stop = output.reason
 
-        blocks: list[ContentBlock] = []
-        if thinking:
-            blocks.append(ThinkingContentBlock(thinking="".join(thinking)))
-        if text:
-            blocks.append(TextContentBlock(text="".join(text)))
+        blocks = _message_blocks(thinking.whole, text.whole)
         if blocks:
             verdict = await self.guardian.check(self.steps.message("agent", blocks))
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":
                 modified = self._modified_content(verdict, blocks)
-                blocks = [
-                    block
-                    for block in (
-                        modified
-                        if isinstance(modified, list)
-                        else [TextContentBlock(text=modified)]
-                    )
-                    if isinstance(block, TextContentBlock | ThinkingContentBlock)
-                ]
+                parts = (
+                    modified if isinstance(modified, list) else [TextContentBlock(text=modified)]
+                )
+                new_thinking = "".join(
+                    b.thinking for b in parts if isinstance(b, ThinkingContentBlock)
+                )
+                new_text = "".join(b.text for b in parts if isinstance(b, TextContentBlock))
+                blocks = _message_blocks(new_thinking, new_text)
+                thinking.finish_as(new_thinking)
+                text.finish_as(new_text)
+            else:
+                thinking.finish()
+                text.finish()
             if blocks:
                 self.emit(AssistantText(blocks=blocks))
 
