@@ -1,0 +1,41 @@
+"""The README's example agent is real: it runs as written (README § Writing an agent)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aap_server.agent import Agent
+from tests.conftest import harness
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_agent() -> Agent:
+    block = re.search(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    assert block is not None, "README lost its example agent"
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), str(README), "exec"), namespace)
+    agent = namespace["AGENT"]
+    assert isinstance(agent, Agent)
+    return agent
+
+
+async def test_readme_example_agent_answers_and_calls_its_tool(tmp_path: Path) -> None:
+    async with harness(tmp_path, agents=[readme_agent()]) as h:
+        created = await h.client.post(
+            "/sessions",
+            json={"agent": {"name": "shout", "tools": [{"name": "clock", "trust": True}]}},
+        )
+        session_id = created.json()["sessionId"]
+        turns = f"/sessions/{session_id}/turns"
+
+        shouted = await h.client.post(turns, json={"messages": [{"role": "user", "content": "hi"}]})
+        assert shouted.json()["messages"] == [{"role": "assistant", "content": "HI"}]
+
+        timed = await h.client.post(
+            turns, json={"messages": [{"role": "user", "content": "what time is it"}]}
+        )
+        messages = timed.json()["messages"]
+        assert messages[1]["role"] == "tool"
+        assert messages[1]["content"] == "12:00"
