@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
 
@@ -20,23 +21,51 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(args.config, overrides=overrides)
 
 
+class AccessDecision(NamedTuple):
+    """Whether `serve` may start with these settings, and what to tell the operator."""
+
+    start: bool
+    message: str | None  # why it refuses, or the start-up warning; None: nothing to say
+
+
+def decide_access(settings: Settings) -> AccessDecision:
+    """DESIGN "Auth": with no keys the server runs open, but only on loopback unless the
+    operator insists (`--allow-open` / `AAP_ALLOW_OPEN`); either way it says so."""
+    if settings.api_keys:
+        return AccessDecision(start=True, message=None)
+    if not is_loopback(settings.host):
+        if not settings.allow_open:
+            return AccessDecision(
+                start=False,
+                message=f"refusing to serve {settings.host} without API keys: anyone who can "
+                "reach it could use every session. Set AAP_API_KEYS=KEY:USER_ID:ORG_ID, bind a "
+                "loopback address, or pass --allow-open.",
+            )
+        return AccessDecision(
+            start=True,
+            message=f"no API keys configured and --allow-open given: the server is OPEN on "
+            f"{settings.host} to anyone who can reach it (every caller is the same principal).",
+        )
+    return AccessDecision(
+        start=True,
+        message="no API keys configured: the server is OPEN to local callers (every caller is "
+        "the same principal). Set AAP_API_KEYS=KEY:USER_ID:ORG_ID to require keys.",
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    decision = decide_access(settings)
+    if not decision.start:
+        print(f"aap-server: {decision.message}", file=sys.stderr)
+        return 2
+    level = settings.log_level.upper()
     logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level="DEBUG" if level == "TRACE" else level,  # TRACE is uvicorn's, not logging's
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not settings.api_keys:
-        if not is_loopback(settings.host) and not settings.allow_open:
-            logger.error(
-                "refusing to serve %s without API keys: anyone could use every session. "
-                "Set AAP_API_KEYS, bind a loopback address, or pass --allow-open.",
-                settings.host,
-            )
-            return 2
-        logger.warning(
-            "no API keys configured: the server is OPEN (every caller is the same principal). "
-            "Set AAP_API_KEYS=KEY:USER_ID:ORG_ID to require keys."
-        )
+    if decision.message:
+        logger.warning(decision.message)
 
     import uvicorn
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,8 +20,25 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str
     org_id: str
 
+    def __post_init__(self) -> None:
+        if not self.key or any(c.isspace() for c in self.key):
+            raise ValueError("a key must be non-empty and hold no whitespace")
+        for name in ("user_id", "org_id"):
+            value = getattr(self, name)
+            # ':' separates organisation and user in the owner key sessions are stored under.
+            if not value or ":" in value:
+                raise ValueError(f"{name} must be non-empty and hold no ':'")
+
     def __repr__(self) -> str:  # never print the key itself
         return f"ApiKey(user_id={self.user_id!r}, org_id={self.org_id!r}, key='***')"
+
+    __str__ = __repr__
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:  # msgspec's default shows `key`
+        return [("user_id", self.user_id), ("org_id", self.org_id), ("key", "***")]
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -53,6 +72,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 raise ValueError(f"{name} must be positive")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        keys = [api_key.key for api_key in self.api_keys]
+        if len(set(keys)) != len(keys):
+            raise ValueError("api_keys lists the same key twice")
 
 
 class ConfigError(ValueError):
@@ -74,7 +98,10 @@ def parse_api_keys(text: str, source: str) -> list[ApiKey]:
             raise ConfigError(
                 f"{source}: entry {index + 1} must be KEY:USER_ID:ORG_ID with no empty part"
             )
-        keys.append(ApiKey(key=fields[0], user_id=fields[1], org_id=fields[2]))
+        try:
+            keys.append(ApiKey(key=fields[0], user_id=fields[1], org_id=fields[2]))
+        except ValueError as error:
+            raise ConfigError(f"{source}: entry {index + 1}: {error}") from error
     return keys
 
 
@@ -86,6 +113,7 @@ def load_settings(
     """Defaults < TOML file < environment < explicit overrides (command-line flags)."""
     environ = os.environ if environ is None else environ
     raw: dict[str, Any] = {}
+    source: dict[str, str] = {}  # setting -> where its value came from, for error messages
     if config_file is not None:
         path = Path(config_file)
         try:
@@ -97,21 +125,52 @@ def load_settings(
             raise ConfigError(f"config file {path}: {error}") from error
         if isinstance(raw.get("api_keys"), str):
             raw["api_keys"] = parse_api_keys(raw["api_keys"], f"{path}: api_keys")
+        source.update({name: f"{path}: {name}" for name in raw})
+        source[""] = str(path)
     for variable, name in ENV_VARS.items():
         if variable in environ:
             value: Any = environ[variable]
             if name == "api_keys":
                 value = parse_api_keys(value, variable)
             raw[name] = value
-    raw.update({key: value for key, value in (overrides or {}).items() if value is not None})
+            source[name] = variable
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            raw[name] = value
+            source[name] = f"--{name.replace('_', '-')}"
     try:
-        # str_values=True lets "8000" and "true" from the environment convert.
+        # strict=False lets "8000" and "true" from the environment convert.
         return msgspec.convert(raw, Settings, strict=False)
-    except msgspec.ValidationError as error:
-        raise ConfigError(f"configuration: {error}") from error
-    except ValueError as error:
-        raise ConfigError(f"configuration: {error}") from error
+    except ValueError as error:  # msgspec.ValidationError is a ValueError too
+        raise ConfigError(_describe(error, source)) from error
+
+
+_AT_FIELD = re.compile(r" - at `\$\.(\w+)")
+
+
+def _describe(error: ValueError, source: Mapping[str, str]) -> str:
+    """The error, led by where the offending value came from (`AAP_PORT: Expected int…`)."""
+    text = str(error)
+    at = _AT_FIELD.search(text)
+    if at:
+        field: str | None = at[1]
+        text = text[: at.start()]
+    else:  # our own checks start with the setting's name
+        field = next((n for n in Settings.__struct_fields__ if text.startswith(n)), None)
+    if field is None:
+        # e.g. an unknown key in the file (the environment has no unknown settings)
+        return f"{source.get('', 'configuration')}: {text}"
+    where = source.get(field, field)
+    return text if where == field else f"{where}: {text}"
 
 
 def is_loopback(host: str) -> bool:
-    return host in {"localhost", "::1"} or host.startswith("127.")
+    """Whether binding `host` serves this machine only (a name other than `localhost` is
+    not trusted to resolve to loopback: `127.example.com` is anyone's)."""
+    host = host.strip().strip("[]").lower()
+    if host in {"localhost", "localhost."}:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -6,10 +6,14 @@ import hmac
 from typing import Any
 
 from litestar import Request
+from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
 
 from aap_server.config import ApiKey
 from aap_server.runtime import LOCAL_PRINCIPAL, Principal
+
+_PRINCIPAL = "aap_principal"  # where the guard leaves the caller in the request's state
 
 
 class Authenticator:
@@ -45,6 +49,32 @@ class Authenticator:
         return found
 
 
+def _authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    authenticator: Authenticator = connection.app.state.authenticator
+    principal = authenticator.principal(connection.headers.get("authorization"))
+    connection.state[_PRINCIPAL] = principal
+    return principal
+
+
+async def require_principal(
+    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+) -> None:
+    """Guard: authenticate before anything else, so that a caller without a valid key gets
+    401 and nothing else (no 400 or 413 about a body the server has not even read)."""
+    _authenticate(connection)
+
+
+async def require_principal_unless_public_meta(
+    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+) -> None:
+    """Guard of `GET /meta`: public unless the `public_meta` setting is off."""
+    if not connection.app.state.settings.public_meta:
+        _authenticate(connection)
+
+
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
-    authenticator: Authenticator = request.app.state.authenticator
-    return authenticator.principal(request.headers.get("authorization"))
+    """The caller, as the `require_principal` guard authenticated it."""
+    principal = request.state.get(_PRINCIPAL)
+    if isinstance(principal, Principal):
+        return principal
+    return _authenticate(request)  # a route without the guard still authenticates

@@ -4,11 +4,12 @@ shape `{"error": {"code", "message", "details"}}` — never a stack trace."""
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import msgspec
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from aap_server.protocol import ErrorDetail, ErrorResponse
@@ -67,16 +68,60 @@ def handle_domain_error(_: Request[Any, Any, Any], error: Exception) -> Response
     return error_response(status, error.code, error.message, error.details, headers)
 
 
+_MISSING_FIELD = re.compile(r"^Object missing required field `([^`]+)`$")
+_MISSING_PARAMETER = re.compile(r"^Missing required (\w+) parameter '([^']+)'")
+
+
+def _field_problem(key: str, message: str, source: str | None) -> tuple[str, str]:
+    """Litestar's (key, message) of one decoding problem as our (field path, message).
+
+    The body's root is `data` to Litestar; clients know it as the body. A missing field is
+    named in the path itself (`agent.name: required field is missing`)."""
+    if source == "body" and key == "data":
+        key = ""
+        if message == "'data'":  # Litestar's way of saying the body was empty
+            return "body", "the request body is empty; send a JSON object"
+    missing = _MISSING_FIELD.match(message)
+    if missing:
+        return (f"{key}.{missing[1]}" if key else missing[1]), "required field is missing"
+    return (key or "body"), message
+
+
 def handle_validation_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
     """Body or query decoding failed: name the field in the message (`messages[0].role: …`)."""
     assert isinstance(error, ValidationException)
     problems = error.extra if isinstance(error.extra, list) else []
     first = problems[0] if problems and isinstance(problems[0], dict) else {}
     if not first.get("key"):
-        # e.g. a missing query parameter: Litestar's message names it.
-        return error_response(400, "invalid_request", str(error.detail))
-    code = "invalid_query" if first.get("source") == "query" else "invalid_body"
-    return error_response(400, code, f"{first['key']}: {first.get('message')}", problems)
+        # e.g. a missing query parameter: Litestar's message names it; lead with its name.
+        detail = str(error.detail)
+        missing = _MISSING_PARAMETER.match(detail)
+        if missing:
+            kind, name = missing[1], missing[2]
+            code = "invalid_query" if kind == "query" else "invalid_request"
+            return error_response(400, code, f"{name}: required {kind} parameter is missing")
+        return error_response(400, "invalid_request", detail)
+    source = first.get("source")
+    code = "invalid_query" if source == "query" else "invalid_body"
+    path, message = _field_problem(str(first["key"]), str(first.get("message")), source)
+    details = [
+        {"field": field, "message": text, "source": problem.get("source")}
+        for problem in problems
+        if isinstance(problem, dict)
+        for field, text in [
+            _field_problem(
+                str(problem.get("key", "")), str(problem.get("message")), problem.get("source")
+            )
+        ]
+    ]
+    return error_response(400, code, f"{path}: {message}", details)
+
+
+def handle_recursion_error(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    """msgspec refuses JSON nested deeper than it can decode: the client's fault, a 400."""
+    if "deserializing" in str(error):
+        return error_response(400, "invalid_json", "body: JSON is nested too deeply to decode")
+    return handle_unexpected_error(request, error)
 
 
 def handle_http_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
@@ -84,8 +129,10 @@ def handle_http_error(_: Request[Any, Any, Any], error: Exception) -> Response[b
     status = error.status_code
     detail = str(error.detail)
     code = CODE_BY_STATUS.get(status, "http_error")
-    if status == 400 and detail.startswith("JSON is malformed"):
-        code, detail = "invalid_json", f"body: {detail}"
+    if status == 400 and isinstance(error.__cause__, SerializationException):
+        # The body is not JSON (malformed, truncated, not UTF-8): Litestar's message says how.
+        reason = detail if "JSON" in detail else f"JSON is malformed: {detail}"
+        code, detail = "invalid_json", f"body: {reason}"
     headers = dict(error.headers) if error.headers else None
     return error_response(status, code, detail, headers=headers)
 
@@ -101,5 +148,6 @@ EXCEPTION_HANDLERS = {
     AapError: handle_domain_error,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_error,
+    RecursionError: handle_recursion_error,
     Exception: handle_unexpected_error,
 }

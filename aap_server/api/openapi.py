@@ -55,12 +55,60 @@ def _event_union(union: Any) -> dict[str, Any]:
     }
 
 
+_ERROR_HEADERS: dict[int, dict[str, Any]] = {
+    401: {
+        "WWW-Authenticate": {
+            "description": "`Bearer`: send `Authorization: Bearer <api key>`",
+            "schema": {"type": "string"},
+        }
+    },
+    409: {
+        "Retry-After": {
+            "description": "Seconds after which the running turn may have ended (busy only)",
+            "schema": {"type": "integer"},
+        }
+    },
+    503: {
+        "Retry-After": {
+            "description": "Seconds after which to retry",
+            "schema": {"type": "integer"},
+        }
+    },
+}
+
+
+def _complete_errors(document: dict[str, Any]) -> None:
+    """Every error response has our body (`ErrorResponse`), including the 400 Litestar adds
+    on its own with its own shape, and the headers that come with it."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            for status, response in operation["responses"].items():
+                if not status.isdigit() or int(status) < 400:
+                    continue
+                code = int(status)
+                response["content"] = {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
+                }
+                if code in _ERROR_DESCRIPTIONS:
+                    response["description"] = _ERROR_DESCRIPTIONS[code]
+                if code in _ERROR_HEADERS:
+                    response["headers"] = copy.deepcopy(_ERROR_HEADERS[code])
+
+
 def finalize_openapi(document: dict[str, Any]) -> dict[str, Any]:
     """A completed copy of Litestar's document."""
     document = copy.deepcopy(document)
     components = document.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     schemas.update(_protocol_components())
+    schemas.pop("Wire", None)  # the wire types' common base, not a body of its own
+    _complete_errors(document)
+    meta = document.get("paths", {}).get("/meta", {}).get("get")
+    if meta is not None:
+        # Public by default (`public_meta`); a key is accepted, and required when it is off.
+        meta["security"] = [{}, {"bearer": []}]
     components.setdefault("securitySchemes", {})["bearer"] = {
         "type": "http",
         "scheme": "bearer",
@@ -86,27 +134,28 @@ def finalize_openapi(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-class _Finalized:
-    """Render plugins that serve the completed document (computed once)."""
+class _Completing:
+    """Mixin for render plugins: serve the completed document, computed once per app (each
+    app has its own plugin instances; the source is held so its identity stays unique)."""
 
-    _cache: dict[int, dict[str, Any]] = {}  # noqa: RUF012 - per-process cache by identity
+    _source: dict[str, Any] | None = None
+    _completed: dict[str, Any] | None = None
 
-    @staticmethod
-    def completed(openapi_schema: dict[str, Any]) -> dict[str, Any]:
-        key = id(openapi_schema)
-        if key not in _Finalized._cache:
-            _Finalized._cache[key] = finalize_openapi(openapi_schema)
-        return _Finalized._cache[key]
+    def completed(self, openapi_schema: dict[str, Any]) -> dict[str, Any]:
+        if self._completed is None or self._source is not openapi_schema:
+            self._source = openapi_schema
+            self._completed = finalize_openapi(openapi_schema)
+        return self._completed
 
 
-class AapJsonRenderPlugin(JsonRenderPlugin):
+class AapJsonRenderPlugin(_Completing, JsonRenderPlugin):
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        return super().render(request, _Finalized.completed(openapi_schema))
+        return super().render(request, self.completed(openapi_schema))
 
 
-class AapSwaggerRenderPlugin(SwaggerRenderPlugin):
+class AapSwaggerRenderPlugin(_Completing, SwaggerRenderPlugin):
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        return super().render(request, _Finalized.completed(openapi_schema))
+        return super().render(request, self.completed(openapi_schema))
 
 
 def openapi_config(version: str) -> OpenAPIConfig:

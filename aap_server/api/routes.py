@@ -11,7 +11,11 @@ from litestar.params import JSONBody, Parameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sse_starlette import EventSourceResponse
 
-from aap_server.api.auth import Authenticator, provide_principal
+from aap_server.api.auth import (
+    provide_principal,
+    require_principal,
+    require_principal_unless_public_meta,
+)
 from aap_server.api.openapi import ERROR_RESPONSES
 from aap_server.api.sse import sse_frames
 from aap_server.protocol import (
@@ -40,18 +44,17 @@ def _service(request: Request[Any, Any, Any]) -> AapService:
     summary="Get available agents info",
     tags=["meta"],
     responses=ERROR_RESPONSES(401),
+    guards=[require_principal_unless_public_meta],
 )
 async def get_meta(request: Request[Any, Any, Any]) -> GetMetaResponse:
     """The protocol version (3) and every hosted agent. Public unless `public_meta` is off."""
-    if not request.app.state.settings.public_meta:
-        authenticator: Authenticator = request.app.state.authenticator
-        authenticator.principal(request.headers.get("authorization"))
     return _service(request).meta()
 
 
 class SessionsController(Controller):
     path = "/sessions"
     tags = ["sessions"]  # noqa: RUF012 - Litestar reads this class attribute
+    guards = [require_principal]  # noqa: RUF012 - authenticate before reading any body
     dependencies = {"principal": Provide(provide_principal)}  # noqa: RUF012
     security = [{"bearer": []}]  # noqa: RUF012
 
@@ -74,7 +77,10 @@ class SessionsController(Controller):
         responses=ERROR_RESPONSES(400, 401, 413),
     )
     async def create_session(
-        self, request: Request[Any, Any, Any], principal: Caller, data: JSONBody[PostSessionsRequest]
+        self,
+        request: Request[Any, Any, Any],
+        principal: Caller,
+        data: JSONBody[PostSessionsRequest],
     ) -> PostSessionsResponse:
         """Creates a session (the agent is not run until the first turn)."""
         return await _service(request).create_session(principal, data)

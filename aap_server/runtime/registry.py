@@ -17,6 +17,14 @@ from aap_server.runtime.errors import InvalidRequestError
 SECRET_PLACEHOLDER = "***"  # noqa: S105 - the mask shown instead of a secret
 
 
+def redact_all(config: AgentConfig) -> AgentConfig:
+    """The config with every option value masked (when it is unknown which are secret)."""
+    if not config.options:
+        return config
+    options = dict.fromkeys(config.options, SECRET_PLACEHOLDER)
+    return AgentConfig(name=config.name, tools=config.tools, options=options)
+
+
 class HostedAgent:
     """One agent with the lookups the runtime needs precomputed."""
 

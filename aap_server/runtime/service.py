@@ -34,7 +34,7 @@ from aap_server.runtime.errors import (
 )
 from aap_server.runtime.events import EngineEvent
 from aap_server.runtime.principal import Principal
-from aap_server.runtime.registry import AgentRegistry, HostedAgent
+from aap_server.runtime.registry import AgentRegistry, HostedAgent, redact_all
 from aap_server.runtime.steps import StepFactory, aos_agent, tool_definition
 from aap_server.runtime.validation import (
     validate_new_session,
@@ -80,6 +80,7 @@ class AapService:
         self.page_size = page_size
         self._active: dict[str, str] = {}  # session id -> running turn id
         self._tasks: set[asyncio.Task[None]] = set()
+        self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
 
     # --- meta and sessions ------------------------------------------------------------------
@@ -121,7 +122,8 @@ class AapService:
 
     def _info(self, record: SessionRecord) -> SessionInfo:
         hosted = self.registry.find(record.agent.name)
-        agent = hosted.redact(record.agent) if hosted else record.agent
+        # An agent no longer hosted here cannot say which options were secret: mask them all.
+        agent = hosted.redact(record.agent) if hosted else redact_all(record.agent)
         return SessionInfo(session_id=record.session_id, agent=agent, tools=record.tools)
 
     async def get_session(self, principal: Principal, session_id: str) -> SessionInfo:
@@ -140,8 +142,29 @@ class AapService:
         )
 
     async def delete_session(self, principal: Principal, session_id: str) -> None:
-        if not await self.store.delete_session(session_id, principal.owner):
+        """Deletes the session, unless a turn is running on it (409, like a second turn:
+        the running turn would otherwise fail half-way writing into a session that is gone)."""
+        if session_id in self._active or session_id in self._deleting:
+            await self._record(principal, session_id)  # not yours: 404, whatever it is doing
+            self._raise_busy(session_id)
+        self._deleting.add(session_id)  # no turn may start while the rows go
+        try:
+            deleted = await self.store.delete_session(session_id, principal.owner)
+        finally:
+            self._deleting.discard(session_id)
+        if not deleted:
             raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+
+    def _raise_busy(self, session_id: str) -> None:
+        active = self._active.get(session_id)
+        if active is None:  # being deleted
+            raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+        raise ConflictError(
+            f"session {session_id!r} is running turn {active}; one turn at a time",
+            code="turn_in_progress",
+            details={"activeTurnId": active},
+            retry_after_seconds=1,
+        )
 
     async def history(
         self, principal: Principal, session_id: str, kind: HistoryType
@@ -173,14 +196,8 @@ class AapService:
         validate_stream_mode(hosted, mode)
         validate_overrides(hosted, request.agent, request.tools)
 
-        active = self._active.get(session_id)
-        if active is not None:
-            raise ConflictError(
-                f"session {session_id!r} is running turn {active}; one turn at a time",
-                code="turn_in_progress",
-                details={"activeTurnId": active},
-                retry_after_seconds=1,
-            )
+        if session_id in self._active or session_id in self._deleting:
+            self._raise_busy(session_id)
         turn = Turn(new_id("turn_"), mode)
         self._active[session_id] = turn.turn_id
         try:

@@ -6,6 +6,7 @@ JSON path of the offending field, so a client can tell exactly what to fix.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from aap_server.protocol import (
@@ -95,6 +96,27 @@ def validate_client_tools(hosted: HostedAgent, tools: list[ToolSpec] | None, pat
             )
 
 
+# `data:image/<subtype>[;param=value]*;base64,<standard base64, padded>` (RFC 2397 + 4648).
+_DATA_URI_HEADER = re.compile(
+    r"data:image/[A-Za-z0-9.+-]+(?:;[A-Za-z0-9.+_-]+=[^;,]*)*;base64,", re.IGNORECASE
+)
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def _validate_data_uri(url: str, where: str) -> None:
+    header = _DATA_URI_HEADER.match(url)
+    if header is None:
+        raise InvalidRequestError(
+            f"{where}: a data: URI image must read `data:image/<type>;base64,<data>`",
+            code="invalid_image",
+        )
+    payload = url[header.end() :]
+    if not payload or _BASE64.fullmatch(payload) is None:
+        raise InvalidRequestError(
+            f"{where}: the data: URI's payload is not valid base64", code="invalid_image"
+        )
+
+
 def validate_content(hosted: HostedAgent, content: Content, path: str) -> None:
     if isinstance(content, str):
         return
@@ -115,11 +137,7 @@ def validate_content(hosted: HostedAgent, content: Content, path: str) -> None:
                     f"{where}: agent {hosted.name!r} does not accept data: URI images",
                     code="unsupported_capability",
                 )
-            if ";base64," not in block.url:
-                raise InvalidRequestError(
-                    f"{where}: a data: URI image must be base64 encoded",
-                    code="invalid_image",
-                )
+            _validate_data_uri(block.url, where)
         else:
             raise InvalidRequestError(
                 f"{where}: an image URL must start with https:// or data:", code="invalid_image"

@@ -1,0 +1,175 @@
+"""Settings: defaults < TOML file < AAP_* environment < overrides (command-line flags);
+errors name where the bad value came from; API keys never appear in repr or str."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aap_server.config import ApiKey, ConfigError, Settings, load_settings, parse_api_keys
+
+SECRET = "sk-very-secret-key"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "aap.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_file_or_environment() -> None:
+    settings = load_settings(environ={})
+    assert settings == Settings()
+    assert settings.host == "127.0.0.1"
+    assert settings.page_size == 20
+    assert settings.public_meta is True
+    assert settings.api_keys == []
+
+
+def test_file_then_environment_then_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'host = "127.0.0.2"\nport = 9000\npage_size = 5\npublic_meta = false\ndb = "file.db"\n',
+    )
+    from_file = load_settings(path, environ={})
+    assert (from_file.host, from_file.port, from_file.page_size) == ("127.0.0.2", 9000, 5)
+    assert from_file.public_meta is False
+
+    env = {"AAP_PORT": "9001", "AAP_PUBLIC_META": "true", "AAP_SSE_PING_SECONDS": "2.5"}
+    with_env = load_settings(path, environ=env)
+    assert with_env.port == 9001  # env wins over the file
+    assert with_env.public_meta is True
+    assert with_env.sse_ping_seconds == 2.5
+    assert with_env.page_size == 5  # untouched by env: the file's value
+
+    flags = load_settings(path, environ=env, overrides={"port": 9002, "db": None})
+    assert flags.port == 9002  # flags win over env
+    assert flags.db == "file.db"  # a flag left unset (None) does not override
+
+
+def test_every_setting_has_an_environment_variable() -> None:
+    from aap_server.config import ENV_VARS
+
+    assert set(ENV_VARS.values()) == set(Settings.__struct_fields__)
+    assert all(name.startswith("AAP_") and name.isupper() for name in ENV_VARS)
+
+
+def test_api_keys_from_the_environment() -> None:
+    settings = load_settings(environ={"AAP_API_KEYS": " k1:alice:acme , k2:bob:acme,, "})
+    assert settings.api_keys == [
+        ApiKey(key="k1", user_id="alice", org_id="acme"),
+        ApiKey(key="k2", user_id="bob", org_id="acme"),
+    ]
+
+
+def test_api_keys_from_the_file_as_string_or_tables(tmp_path: Path) -> None:
+    as_string = load_settings(write(tmp_path, 'api_keys = "k1:alice:acme"\n'), environ={})
+    assert as_string.api_keys == [ApiKey(key="k1", user_id="alice", org_id="acme")]
+    tables = '[[api_keys]]\nkey = "k2"\nuser_id = "bob"\norg_id = "acme"\n'
+    as_tables = load_settings(write(tmp_path, tables), environ={})
+    assert as_tables.api_keys == [ApiKey(key="k2", user_id="bob", org_id="acme")]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "justakey",
+        "k:alice",
+        "k:alice:acme:extra",
+        ":alice:acme",
+        "k::acme",
+        "k:alice:",
+        "good:a:b,bad",
+        f"{SECRET}:alice:acme,{SECRET}:bob:acme",  # the same key twice
+        "k k:alice:acme",  # whitespace inside a key
+    ],
+)
+def test_malformed_api_keys_error_names_the_variable_not_the_key(value: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(environ={"AAP_API_KEYS": value})
+    message = str(raised.value)
+    assert message.startswith("AAP_API_KEYS")
+    assert SECRET not in message
+
+
+def test_parse_api_keys_names_the_entry() -> None:
+    with pytest.raises(ConfigError, match=r"SRC: entry 2 must be KEY:USER_ID:ORG_ID"):
+        parse_api_keys("a:b:c,nope", "SRC")
+
+
+def test_user_and_org_ids_cannot_hold_the_owner_separator(tmp_path: Path) -> None:
+    # "acme:alice" + "x" and "acme" + "alice:x" would otherwise be one owner.
+    tables = '[[api_keys]]\nkey = "k"\nuser_id = "alice:x"\norg_id = "acme"\n'
+    with pytest.raises(ConfigError, match="user_id"):
+        load_settings(write(tmp_path, tables), environ={})
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"AAP_PORT": "eighty"}, "AAP_PORT"),
+        ({"AAP_PORT": "70000"}, "AAP_PORT"),
+        ({"AAP_PAGE_SIZE": "0"}, "AAP_PAGE_SIZE"),
+        ({"AAP_MAX_BODY_BYTES": "-1"}, "AAP_MAX_BODY_BYTES"),
+        ({"AAP_PUBLIC_META": "perhaps"}, "AAP_PUBLIC_META"),
+        ({"AAP_TURN_TIMEOUT_SECONDS": "0"}, "AAP_TURN_TIMEOUT_SECONDS"),
+        ({"AAP_LOG_LEVEL": "chatty"}, "AAP_LOG_LEVEL"),
+    ],
+)
+def test_invalid_environment_value_error_names_the_variable(
+    env: dict[str, str], names: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(environ=env)
+    assert str(raised.value).startswith(names)
+
+
+def test_invalid_file_value_error_names_the_file_and_setting(tmp_path: Path) -> None:
+    path = write(tmp_path, 'port = "x"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path, environ={})
+    assert str(raised.value).startswith(f"{path}: port")
+
+
+def test_unknown_setting_in_the_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "prot = 8000\n")
+    with pytest.raises(ConfigError, match="prot") as raised:
+        load_settings(path, environ={})
+    assert str(path) in str(raised.value)
+
+
+def test_invalid_override_error_names_the_flag() -> None:
+    with pytest.raises(ConfigError, match=r"^--port"):
+        load_settings(environ={}, overrides={"port": 0})
+
+
+def test_unreadable_files_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_settings(tmp_path / "missing.toml", environ={})
+    with pytest.raises(ConfigError, match=r"aap\.toml"):
+        load_settings(write(tmp_path, "port = [unclosed\n"), environ={})
+
+
+# DESIGN "Decisions": secrets never logged; the keys are masked in every printable form.
+def test_api_keys_never_appear_in_repr_or_str() -> None:
+    settings = load_settings(environ={"AAP_API_KEYS": f"{SECRET}:alice:acme"})
+    key = settings.api_keys[0]
+    for text in (
+        repr(settings),
+        str(settings),
+        f"{settings}",
+        repr([settings]),
+        repr(key),
+        str(key),
+    ):
+        assert SECRET not in text
+        assert "alice" in text
+    rich = list(key.__rich_repr__())
+    assert SECRET not in repr(rich)
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(AttributeError):
+        settings.port = 1  # type: ignore[misc]
