@@ -68,12 +68,9 @@ MAX_MODEL_RESPONSES = 25
 class TurnState(AgentState):
     """Agent-private state: read once per turn, written with the turn's next step."""
 
-    def __init__(self) -> None:
-        self._values: dict[str, Any] = {}
-        self._dirty: dict[str, Any] = {}
-
-    def load(self, values: dict[str, Any]) -> None:
+    def __init__(self, values: dict[str, Any]) -> None:
         self._values = values
+        self._dirty: dict[str, Any] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._values.get(key, default)
@@ -164,6 +161,8 @@ class TurnRun:
         client_tools: list[ToolSpec] | None,
         config_changed: bool,
         pending: list[PendingToolCall],
+        compacted: list[HistoryMessage],
+        state: dict[str, Any],
         messages: list[TurnMessage],
         emit: Callable[[EngineEvent], None],
         tool_timeout_seconds: float | None = None,
@@ -184,8 +183,8 @@ class TurnRun:
         self.options = hosted.effective_options(agent_config)
         self.model_tools, self.trust = hosted.model_tools(agent_config.tools, client_tools)
         self.client_tool_names = frozenset(tool.name for tool in client_tools or [])
-        self.context: list[HistoryMessage] = []
-        self.state = TurnState()
+        self.context = compacted
+        self.state = TurnState(state)
         self.tool_context = _GuardedToolContext(self)
         self._refused = False
         self._granted: list[PendingToolCall] = []
@@ -195,8 +194,7 @@ class TurnRun:
     async def start(self) -> None:
         """Guard and store the turn's input, then emit `turn_start`. Errors here propagate
         (the API answers them as HTTP errors: nothing has been streamed yet)."""
-        self.context = await self.store.load_history(self.session_id, "compacted")
-        self.state.load(await self.store.load_state(self.session_id))
+        self._compaction = self._plan_compaction()
         if isinstance(self.messages[0], UserMessage):
             self._refused = not await self._accept_user_messages()
         else:
@@ -213,7 +211,6 @@ class TurnRun:
                 if self._granted:
                     await self._run_server_tools(self._granted, assistant=None)
                 reason = await self._loop()
-                await self._compact()
         except _Stop as stop:
             reason = stop.reason
         except Exception:
@@ -225,6 +222,8 @@ class TurnRun:
     # --- input ------------------------------------------------------------------------------
 
     def _config_write(self, **fields: Any) -> StepWrite:
+        """The input step's write: with it go config overrides and the turn's compaction."""
+        fields.setdefault("compaction", self._compaction)
         if self.config_changed:
             fields.setdefault("agent", self.agent_config)
             fields.setdefault("tools", self.client_tools)
@@ -537,16 +536,15 @@ class TurnRun:
             return modified.params.effective_message
         return message
 
-    async def _compact(self) -> None:
+    def _plan_compaction(self) -> Compaction | None:
+        """Compact what the model is fed at the start of each turn, written with the turn's
+        input (the store drops and replaces the oldest rows before appending)."""
         strategy = self.agent.compaction
-        if strategy is None:
-            return
-        plan = strategy.plan(self.context)
+        plan = strategy.plan(self.context) if strategy is not None else None
         if plan is None or plan.drop <= 0:
-            return
-        compaction = Compaction(drop=plan.drop, replacement=plan.replacement)
-        await self.store.commit(self.session_id, StepWrite(compaction=compaction))
+            return None
         self.context[: plan.drop] = plan.replacement
+        return Compaction(drop=plan.drop, replacement=plan.replacement)
 
     # --- helpers ----------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from aap_server.runtime.validation import (
     validate_stream_mode,
     validate_turn_messages,
 )
-from aap_server.store import InvalidCursorError, SessionRecord, SessionStore
+from aap_server.store import InvalidCursorError, SessionRecord, SessionStore, TurnSnapshot
 
 logger = logging.getLogger("aap_server.service")
 
@@ -190,21 +190,22 @@ class AapService:
         turn with `turn_start` queued. Every error here is raised before anything streams."""
         if not self._accepting:
             raise UnavailableError("the server is shutting down; retry shortly")
-        record = await self._record(principal, session_id)
-        hosted = self._hosted(record)
-        mode: StreamMode = request.stream or "none"
-        validate_stream_mode(hosted, mode)
-        validate_overrides(hosted, request.agent, request.tools)
-
         if session_id in self._active or session_id in self._deleting:
+            await self._record(principal, session_id)  # not yours: 404, whatever it is doing
             self._raise_busy(session_id)
-        turn = Turn(new_id("turn_"), mode)
+        # Take the lock first, then read everything the turn needs in one go: the previous
+        # turn stored its results before releasing the lock, so this read is current.
+        turn = Turn(new_id("turn_"), request.stream or "none")
         self._active[session_id] = turn.turn_id
         try:
-            # Read again under the lock: the previous turn may have just stored its results.
-            record = await self._record(principal, session_id)
-            validate_turn_messages(hosted, request.messages, record.pending)
-            run = self._prepare(hosted, record, request, principal, turn)
+            snapshot = await self.store.load_turn(session_id, principal.owner)
+            if snapshot is None:
+                raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+            hosted = self._hosted(snapshot.record)
+            validate_stream_mode(hosted, turn.mode)
+            validate_overrides(hosted, request.agent, request.tools)
+            validate_turn_messages(hosted, request.messages, snapshot.record.pending)
+            run = self._prepare(hosted, snapshot, request, principal, turn)
             await run.start()
         except BaseException:
             del self._active[session_id]
@@ -217,11 +218,12 @@ class AapService:
     def _prepare(
         self,
         hosted: HostedAgent,
-        record: SessionRecord,
+        snapshot: TurnSnapshot,
         request: PostSessionTurnRequest,
         principal: Principal,
         turn: Turn,
     ) -> TurnRun:
+        record = snapshot.record
         overrides = request.agent
         agent_config = record.agent
         if overrides is not None and (overrides.tools is not None or overrides.options):
@@ -253,6 +255,8 @@ class AapService:
             client_tools=client_tools,
             config_changed=agent_config is not record.agent or request.tools is not None,
             pending=record.pending,
+            compacted=snapshot.compacted,
+            state=snapshot.state,
             messages=list(request.messages),
             emit=turn.queue.put_nowait,
         )
