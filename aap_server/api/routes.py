@@ -19,6 +19,7 @@ from aap_server.api.auth import (
 from aap_server.api.openapi import ERROR_RESPONSES
 from aap_server.api.sse import sse_frames
 from aap_server.protocol import (
+    GetAuditResponse,
     GetMetaResponse,
     GetSessionHistoryResponse,
     GetSessionsResponse,
@@ -103,6 +104,25 @@ class SessionsController(Controller):
     ) -> None:
         """Deletes the session and all its history."""
         await _service(request).delete_session(principal, session_id)
+
+    @get(
+        "/{session_id:str}/audit",
+        summary="Get the session's audit trail",
+        responses=ERROR_RESPONSES(400, 401, 404),
+    )
+    async def get_audit(
+        self,
+        request: Request[Any, Any, Any],
+        principal: Caller,
+        session_id: SessionId,
+        after: Annotated[
+            str | None,
+            Parameter(description="The `next` cursor of the previous page", max_length=512),
+        ] = None,
+    ) -> GetAuditResponse:
+        """Every guardian verdict on the session's steps, oldest first, hash-chained (each
+        entry's `hash` covers the previous entry's). Metadata only: no checked payloads."""
+        return await _service(request).audit(principal, session_id, after)
 
     @get(
         "/{session_id:str}/history",

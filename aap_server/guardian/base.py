@@ -66,7 +66,12 @@ class AllowAll(Guardian):
     """Allows every step. The foundation's default until a policy engine is configured."""
 
     async def check(self, request: AosRequest) -> AosSuccessResult:
-        return AosSuccessResult(decision="allow", message="allowed", reason_code=["default.allow"])
+        return AosSuccessResult(
+            decision="allow",
+            message="allowed",
+            reason_code=["default.allow"],
+            data={"ruleId": "default.allow"},
+        )
 
     def text_screen(self) -> TextScreen:
         return PassThrough()
@@ -108,4 +113,6 @@ class FailClosed:
 
 
 def _denied(code: str, message: str) -> AosSuccessResult:
-    return AosSuccessResult(decision="deny", message=message, reason_code=[code])
+    return AosSuccessResult(
+        decision="deny", message=message, reason_code=[code], data={"ruleId": code}
+    )

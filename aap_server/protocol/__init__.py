@@ -31,6 +31,7 @@ from aap_server.protocol.api import (
     SessionInfo,
     StreamMode,
 )
+from aap_server.protocol.audit import AuditEntry, GetAuditResponse
 from aap_server.protocol.base import Empty, Wire
 from aap_server.protocol.events import (
     DeltaSSEEvent,
@@ -70,12 +71,14 @@ __all__ = [
     "AgentOverrides",
     "ApplicationCapabilities",
     "AssistantMessage",
+    "AuditEntry",
     "Content",
     "ContentBlock",
     "DeltaSSEEvent",
     "Empty",
     "ErrorDetail",
     "ErrorResponse",
+    "GetAuditResponse",
     "GetMetaResponse",
     "GetSessionHistoryResponse",
     "GetSessionsResponse",

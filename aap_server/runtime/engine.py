@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -55,14 +56,24 @@ from aap_server.protocol import (
 )
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.registry import HostedAgent
-from aap_server.runtime.steps import StepFactory, content_of_outputs, parts_to_blocks, simplify
-from aap_server.store import Compaction, PendingToolCall, SessionStore, StepWrite
+from aap_server.runtime.steps import (
+    StepFactory,
+    content_of_outputs,
+    now_iso,
+    parts_to_blocks,
+    simplify,
+)
+from aap_server.store import AuditDraft, Compaction, PendingToolCall, SessionStore, StepWrite
 
 logger = logging.getLogger("aap_server.turn")
 
 WITHHELD = "Tool result withheld by policy"
 # A model that keeps calling tools is stopped after this many responses in one turn.
 MAX_MODEL_RESPONSES = 25
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class TurnState(AgentState):
@@ -188,6 +199,7 @@ class TurnRun:
         self.tool_context = _GuardedToolContext(self)
         self._refused = False
         self._granted: list[PendingToolCall] = []
+        self._audit: list[AuditDraft] = []
 
     # --- the turn ---------------------------------------------------------------------------
 
@@ -217,6 +229,7 @@ class TurnRun:
             logger.exception("turn %s of session %s failed", self.steps.turn_id, self.session_id)
             reason = "error"
         finally:
+            await self._flush_audit()
             self.emit(TurnStopEvent(stop_reason=reason))
 
     # --- input ------------------------------------------------------------------------------
@@ -224,6 +237,7 @@ class TurnRun:
     def _config_write(self, **fields: Any) -> StepWrite:
         """The input step's write: with it go config overrides and the turn's compaction."""
         fields.setdefault("compaction", self._compaction)
+        fields.setdefault("audit", self._take_audit())
         if self.config_changed:
             fields.setdefault("agent", self.agent_config)
             fields.setdefault("tools", self.client_tools)
@@ -234,7 +248,7 @@ class TurnRun:
         accepted: list[HistoryMessage] = []
         for message in self.messages:
             assert isinstance(message, UserMessage)
-            verdict = await self.guardian.check(self.steps.message("user", message.content))
+            verdict = await self._check(self.steps.message("user", message.content))
             if verdict.decision == "deny":
                 await self.store.commit(self.session_id, self._config_write())
                 return False
@@ -310,7 +324,7 @@ class TurnRun:
 
         blocks = _message_blocks(thinking.whole, text.whole)
         if blocks:
-            verdict = await self.guardian.check(self.steps.message("agent", blocks))
+            verdict = await self._check(self.steps.message("agent", blocks))
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":
@@ -348,7 +362,7 @@ class TurnRun:
             tool_input = call.input
             refusal = self._unavailable(call.name)
             if refusal is None:
-                verdict = await self.guardian.check(
+                verdict = await self._check(
                     self.steps.tool_call_request(call_id, call.name, tool_input)
                 )
                 if verdict.decision == "deny":
@@ -457,7 +471,7 @@ class TurnRun:
             return f"Error: tool {call.name!r} failed", True
 
     async def _guard_tool_result(self, call_id: str, content: Content, is_error: bool) -> Content:
-        verdict = await self.guardian.check(self.steps.tool_call_result(call_id, content, is_error))
+        verdict = await self._check(self.steps.tool_call_result(call_id, content, is_error))
         if verdict.decision == "deny":
             return WITHHELD
         if verdict.decision == "modify" and isinstance(
@@ -475,7 +489,7 @@ class TurnRun:
         items = await memory.recall(self.state)
         if not items:
             return []
-        verdict = await self.guardian.check(self.steps.memory_context(items))
+        verdict = await self._check(self.steps.memory_context(items))
         if verdict.decision == "deny":
             return []
         if verdict.decision == "modify" and isinstance(
@@ -488,7 +502,7 @@ class TurnRun:
         memory = self.agent.memory
         if memory is None or not items:
             return
-        verdict = await self.guardian.check(self.steps.memory_store(items))
+        verdict = await self._check(self.steps.memory_store(items))
         if verdict.decision == "deny":
             return
         if verdict.decision == "modify" and isinstance(
@@ -504,7 +518,7 @@ class TurnRun:
         if knowledge is None:
             return []
         items = await knowledge.retrieve(query, keywords)
-        verdict = await self.guardian.check(self.steps.knowledge_retrieval(query, keywords, items))
+        verdict = await self._check(self.steps.knowledge_retrieval(query, keywords, items))
         if verdict.decision == "deny":
             return []
         if verdict.decision == "modify" and isinstance(
@@ -528,7 +542,7 @@ class TurnRun:
             request: aos.AosRequest = self.steps.mcp(message, direction)
         else:
             request = self.steps.a2a(message, direction)
-        verdict = await self.guardian.check(request)
+        verdict = await self._check(request)
         if verdict.decision == "deny":
             raise StepDeniedError(verdict.message)
         modified = verdict.modified_request
@@ -546,6 +560,42 @@ class TurnRun:
         self.context[: plan.drop] = plan.replacement
         return Compaction(drop=plan.drop, replacement=plan.replacement)
 
+    # --- guardian checks and their audit trail ---------------------------------------------
+
+    async def _check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        """Ask the guardian; note the verdict for the audit trail (written with the next
+        step, so recording costs no extra trip to the database)."""
+        started = time.perf_counter_ns()
+        verdict = await self.guardian.check(request)
+        data = verdict.data or {}
+        self._audit.append(
+            AuditDraft(
+                turn_id=self.steps.turn_id,
+                step_id=str(request.id),
+                method=request.method,
+                decision=verdict.decision,
+                reason_codes=list(verdict.reason_code or []),
+                latency_us=(time.perf_counter_ns() - started) // 1000,
+                at=now_iso(),
+                rule_id=_text_or_none(data.get("ruleId")),
+                policy_hash=_text_or_none(data.get("policyHash")),
+            )
+        )
+        return verdict
+
+    def _take_audit(self) -> list[AuditDraft]:
+        drafts, self._audit = self._audit, []
+        return drafts
+
+    async def _flush_audit(self) -> None:
+        """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
+        if not self._audit:
+            return
+        try:
+            await self.store.commit(self.session_id, StepWrite(audit=self._take_audit()))
+        except Exception:
+            logger.exception("could not record the audit trail of turn %s", self.steps.turn_id)
+
     # --- helpers ----------------------------------------------------------------------------
 
     async def _commit(
@@ -555,7 +605,11 @@ class TurnRun:
         pending: list[PendingToolCall] | None = None,
     ) -> None:
         write = StepWrite(
-            full=full, compacted=compacted, pending=pending, state=self.state.take_changes()
+            full=full,
+            compacted=compacted,
+            pending=pending,
+            state=self.state.take_changes(),
+            audit=self._take_audit(),
         )
         await self.store.commit(self.session_id, write)
         self.context.extend(compacted)

@@ -14,6 +14,7 @@ from aap_server.guardian import FailClosed, Guardian
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
+    GetAuditResponse,
     GetMetaResponse,
     GetSessionHistoryResponse,
     GetSessionsResponse,
@@ -165,6 +166,20 @@ class AapService:
             details={"activeTurnId": active},
             retry_after_seconds=1,
         )
+
+    async def audit(
+        self, principal: Principal, session_id: str, after: str | None
+    ) -> GetAuditResponse:
+        """The session's guardian verdicts, oldest first (owner only)."""
+        await self._record(principal, session_id)
+        try:
+            page = await self.store.load_audit(session_id, after, self.page_size)
+        except InvalidCursorError as error:
+            raise InvalidRequestError(
+                "after: not a cursor this server issued; pass the `next` value of a previous page",
+                code="invalid_cursor",
+            ) from error
+        return GetAuditResponse(records=page.records, next=page.next)
 
     async def history(
         self, principal: Principal, session_id: str, kind: HistoryType

@@ -1,6 +1,8 @@
 """Durable session storage: the SessionStore contract and its SQLite implementation."""
 
+from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash, first_broken
 from aap_server.store.base import (
+    AuditPage,
     Compaction,
     HistoryKind,
     InvalidCursorError,
@@ -14,6 +16,9 @@ from aap_server.store.base import (
 )
 
 __all__ = [
+    "GENESIS_HASH",
+    "AuditDraft",
+    "AuditPage",
     "Compaction",
     "HistoryKind",
     "InvalidCursorError",
@@ -24,6 +29,8 @@ __all__ = [
     "SessionStore",
     "StepWrite",
     "TurnSnapshot",
+    "entry_hash",
+    "first_broken",
 ]
 
 from aap_server.store.migrations import SCHEMA_VERSION, SchemaVersionError

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from aap_server.protocol import AgentConfig, HistoryMessage, ToolSpec
+from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
+from aap_server.store.audit import AuditDraft
 
 HistoryKind = Literal["full", "compacted"]
 PendingKind = Literal["client", "permission"]
@@ -54,6 +55,8 @@ class StepWrite(msgspec.Struct, frozen=True, kw_only=True):
     compaction: Compaction | None = None
     # Agent-private per-session state to upsert (key -> JSON-encodable value).
     state: dict[str, Any] | None = None
+    # Guardian verdicts to append to the session's hash-chained audit trail.
+    audit: list[AuditDraft] = msgspec.field(default_factory=list)
 
 
 class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +70,11 @@ class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
     sessions: list[SessionRecord]
     # Opaque cursor for the next page; None on the last page.
+    next: str | None = None
+
+
+class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
+    records: list[AuditEntry]
     next: str | None = None
 
 
@@ -113,6 +121,10 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def commit(self, session_id: str, write: StepWrite) -> None:
         """Apply one step's writes atomically (all or nothing)."""
+
+    @abc.abstractmethod
+    async def load_audit(self, session_id: str, after: str | None, limit: int) -> AuditPage:
+        """Audit entries oldest first, keyset-paged; InvalidCursorError for a bad `after`."""
 
     @abc.abstractmethod
     async def load_state(self, session_id: str) -> dict[str, Any]:

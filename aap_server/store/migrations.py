@@ -45,6 +45,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session_id, key)
     ) WITHOUT ROWID;
     """,
+    # 2: the hash-chained audit trail of guardian verdicts (metadata only).
+    """
+    CREATE TABLE audit (
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        seq        INTEGER NOT NULL,
+        entry      BLOB NOT NULL,  -- the AuditEntry as JSON, hashes included
+        hash       TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,8 +25,10 @@ from typing import Any, TypeVar, cast
 import aiosqlite
 import msgspec
 
-from aap_server.protocol import AgentConfig, HistoryMessage, ToolSpec
+from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
+from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash
 from aap_server.store.base import (
+    AuditPage,
     HistoryKind,
     InvalidCursorError,
     PendingToolCall,
@@ -48,6 +50,7 @@ _AGENT_DECODER = msgspec.json.Decoder(AgentConfig)
 _TOOLS_DECODER = msgspec.json.Decoder(list[ToolSpec])
 _PENDING_DECODER = msgspec.json.Decoder(list[PendingToolCall])
 _ANY_DECODER = msgspec.json.Decoder()
+_AUDIT_DECODER = msgspec.json.Decoder(AuditEntry)
 
 _BUSY_TIMEOUT_MS = 5000
 
@@ -56,18 +59,18 @@ _BUSY_TIMEOUT_MS = 5000
 # canonical encoding of a well-formed payload is accepted.
 
 _CURSOR_PREFIX = "v1:"
+_AUDIT_CURSOR_PREFIX = "a1:"
 _MAX_CURSOR_LENGTH = 512
 _CURSOR_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def encode_cursor(session_id: str) -> str:
-    """The opaque cursor for a page that ends with `session_id`."""
-    raw = (_CURSOR_PREFIX + session_id).encode("utf-8")
+def _encode_token(prefix: str, value: str) -> str:
+    raw = (prefix + value).encode("utf-8")
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def decode_cursor(cursor: str) -> str:
-    """The session id inside a cursor; InvalidCursorError unless it is one we could issue."""
+def _decode_token(prefix: str, cursor: str) -> str:
+    """The value inside a cursor; InvalidCursorError unless it is one we could issue."""
     if not 0 < len(cursor) <= _MAX_CURSOR_LENGTH or not _CURSOR_ALPHABET.fullmatch(cursor):
         raise InvalidCursorError("malformed cursor")
     try:
@@ -75,12 +78,32 @@ def decode_cursor(cursor: str) -> str:
         text = raw.decode("utf-8")
     except (binascii.Error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise InvalidCursorError("malformed cursor") from exc
-    if not text.startswith(_CURSOR_PREFIX):
+    if not text.startswith(prefix):
         raise InvalidCursorError("malformed cursor")
-    session_id = text[len(_CURSOR_PREFIX) :]
-    if not session_id or not session_id.isprintable() or encode_cursor(session_id) != cursor:
+    value = text[len(prefix) :]
+    if not value or not value.isprintable() or _encode_token(prefix, value) != cursor:
         raise InvalidCursorError("malformed cursor")
-    return session_id
+    return value
+
+
+def encode_cursor(session_id: str) -> str:
+    """The opaque cursor for a page that ends with `session_id`."""
+    return _encode_token(_CURSOR_PREFIX, session_id)
+
+
+def decode_cursor(cursor: str) -> str:
+    return _decode_token(_CURSOR_PREFIX, cursor)
+
+
+def encode_audit_cursor(seq: int) -> str:
+    return _encode_token(_AUDIT_CURSOR_PREFIX, str(seq))
+
+
+def decode_audit_cursor(cursor: str) -> int:
+    value = _decode_token(_AUDIT_CURSOR_PREFIX, cursor)
+    if not value.isdigit() or len(value) > 18:
+        raise InvalidCursorError("malformed cursor")
+    return int(value)
 
 
 # --- SQL -----------------------------------------------------------------------------------
@@ -127,6 +150,9 @@ _UPSERT_STATE = (
     "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value"
 )
 _SELECT_STATE = "SELECT key, value FROM agent_state WHERE session_id = ?"
+_LAST_AUDIT = "SELECT seq, hash FROM audit WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
+_INSERT_AUDIT = "INSERT INTO audit (session_id, seq, entry, hash) VALUES (?, ?, ?, ?)"
+_SELECT_AUDIT = "SELECT entry FROM audit WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 
 
 # --- synchronous operations, run on the database thread -------------------------------------
@@ -183,6 +209,7 @@ class _EncodedStep(msgspec.Struct, frozen=True):
     drop: int
     replacement: list[bytes]
     state: list[tuple[str, bytes]]
+    audit: list[AuditDraft]
 
 
 def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) -> None:
@@ -212,6 +239,23 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
     _append(conn, "compacted", session_id, step.compacted)
     if step.state:
         conn.executemany(_UPSERT_STATE, [(session_id, k, v) for k, v in step.state])
+    if step.audit:
+        _append_audit(conn, session_id, step.audit)
+
+
+def _append_audit(conn: sqlite3.Connection, session_id: str, drafts: list[AuditDraft]) -> None:
+    """Chain each entry to the last one stored (one indexed lookup, not a scan)."""
+    last = conn.execute(_LAST_AUDIT, (session_id,)).fetchone()
+    seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
+    rows = []
+    for draft in drafts:
+        digest = entry_hash(prev_hash, seq, draft)
+        entry = AuditEntry(
+            seq=seq, prev_hash=prev_hash, hash=digest, **msgspec.structs.asdict(draft)
+        )
+        rows.append((session_id, seq, _ENCODER.encode(entry), digest))
+        seq, prev_hash = seq + 1, digest
+    conn.executemany(_INSERT_AUDIT, rows)
 
 
 def _create_sync(
@@ -416,8 +460,22 @@ class SqliteSessionStore(SessionStore):
             drop=drop,
             replacement=replacement,
             state=[(k, encode(v)) for k, v in (write.state or {}).items()],
+            audit=write.audit,
         )
         await self._write(lambda conn: _commit_sync(conn, session_id, step))
+
+    async def load_audit(self, session_id: str, after: str | None, limit: int) -> AuditPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        after_seq = -1 if after is None else decode_audit_cursor(after)
+        rows: list[tuple[bytes]] = await self._run(
+            lambda conn: conn.execute(_SELECT_AUDIT, (session_id, after_seq, limit + 1)).fetchall()
+        )
+        entries = [_AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
+        more = len(rows) > limit
+        return AuditPage(
+            records=entries, next=encode_audit_cursor(entries[-1].seq) if more else None
+        )
 
     async def load_state(self, session_id: str) -> dict[str, Any]:
         rows: list[tuple[str, bytes]] = await self._run(

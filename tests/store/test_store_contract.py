@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from aap_server.protocol import (
@@ -19,10 +20,13 @@ from aap_server.protocol import (
     UserMessage,
 )
 from aap_server.store import (
+    GENESIS_HASH,
+    AuditDraft,
     Compaction,
     InvalidCursorError,
     SessionStore,
     StepWrite,
+    first_broken,
 )
 
 from .conftest import StoreFactory
@@ -572,3 +576,49 @@ async def test_turn_snapshot_reads_session_compacted_history_and_state_together(
     assert snapshot.state == {"n": 1}
     assert await store.load_turn(record.session_id, "mallory") is None
     assert await store.load_turn("sess_missing", "alice") is None
+
+
+def _draft(step: str, decision: str = "allow") -> AuditDraft:
+    return AuditDraft(
+        turn_id="turn_1",
+        step_id=step,
+        method="steps/message",
+        decision=decision,  # type: ignore[arg-type]
+        reason_codes=["r"],
+        latency_us=5,
+        at="2026-01-01T00:00:00.000Z",
+    )
+
+
+async def test_audit_entries_are_hash_chained_in_order_and_paged(store: SessionStore) -> None:
+    record = new_record()
+    await store.create_session(record, [])
+    await store.commit(record.session_id, StepWrite(audit=[_draft("s0"), _draft("s1")]))
+    await store.commit(record.session_id, StepWrite(audit=[_draft("s2", "deny")]))
+
+    first = await store.load_audit(record.session_id, None, 2)
+    assert [e.step_id for e in first.records] == ["s0", "s1"]
+    assert first.next is not None
+    rest = await store.load_audit(record.session_id, first.next, 2)
+    assert [e.step_id for e in rest.records] == ["s2"]
+    assert rest.next is None
+
+    entries = first.records + rest.records
+    assert [e.seq for e in entries] == [0, 1, 2]
+    assert entries[0].prev_hash == GENESIS_HASH
+    assert first_broken(entries) is None
+    # Editing any field of an entry breaks the chain from there on.
+    tampered = [entries[0], msgspec.structs.replace(entries[1], decision="deny"), entries[2]]
+    assert first_broken(tampered) == 1
+
+
+async def test_malformed_audit_cursor_raises_invalid_cursor_error(store: SessionStore) -> None:
+    record = new_record()
+    await store.create_session(record, [])
+    await store.create_session(new_record(), [])
+    session_cursor = (await store.list_sessions("alice", None, 1)).next
+    assert session_cursor is not None
+    # A session-list cursor is not an audit cursor.
+    for cursor in ["", "zzz", session_cursor]:
+        with pytest.raises(InvalidCursorError):
+            await store.load_audit(record.session_id, cursor, 10)

@@ -1,0 +1,58 @@
+"""The hash chain of the audit trail: how an entry's hash is computed and checked."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+
+from aap_server.protocol import AuditEntry
+
+GENESIS_HASH = "0" * 64
+
+
+class AuditDraft(msgspec.Struct, frozen=True, kw_only=True):
+    """A verdict to record; the store gives it its place (`seq`) and its hash."""
+
+    turn_id: str
+    step_id: str
+    method: str
+    decision: Literal["allow", "deny", "modify"]
+    reason_codes: list[str]
+    latency_us: int
+    at: str
+    rule_id: str | None = None
+    policy_hash: str | None = None
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def entry_hash(prev_hash: str, seq: int, draft: AuditDraft) -> str:
+    """sha256 over the previous hash, the position and the entry's fields (in field order)."""
+    digest = hashlib.sha256(prev_hash.encode())
+    digest.update(b"\n%d\n" % seq)
+    digest.update(_encode(draft))
+    return digest.hexdigest()
+
+
+def first_broken(entries: Sequence[AuditEntry], prev_hash: str = GENESIS_HASH) -> int | None:
+    """The index of the first entry whose chain does not hold, or None if all do."""
+    for index, entry in enumerate(entries):
+        draft = AuditDraft(
+            turn_id=entry.turn_id,
+            step_id=entry.step_id,
+            method=entry.method,
+            decision=entry.decision,
+            reason_codes=entry.reason_codes,
+            latency_us=entry.latency_us,
+            at=entry.at,
+            rule_id=entry.rule_id,
+            policy_hash=entry.policy_hash,
+        )
+        if entry.prev_hash != prev_hash or entry.hash != entry_hash(prev_hash, entry.seq, draft):
+            return index
+        prev_hash = entry.hash
+    return None
