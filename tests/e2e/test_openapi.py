@@ -23,6 +23,7 @@ ENDPOINTS: list[tuple[str, str, str | None, str, str | None]] = [
     ("get", "/sessions/{session_id}", None, "200", "SessionInfo"),
     ("delete", "/sessions/{session_id}", None, "204", None),
     ("get", "/sessions/{session_id}/history", None, "200", "GetSessionHistoryResponse"),
+    ("get", "/sessions/{session_id}/audit", None, "200", "GetAuditResponse"),
     ("post", "/sessions/{session_id}/turns", "PostSessionTurnRequest", "200", None),
 ]
 
