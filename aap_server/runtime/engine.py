@@ -361,6 +361,7 @@ class TurnRun:
             call_id = new_id("call_")
             tool_input = call.input
             refusal = self._unavailable(call.name)
+            needs_approval = False
             if refusal is None:
                 verdict = await self._check(
                     self.steps.tool_call_request(call_id, call.name, tool_input)
@@ -369,6 +370,9 @@ class TurnRun:
                     refusal = f"Tool call denied by policy: {verdict.message}"
                 elif verdict.decision == "modify":
                     tool_input = self._modified_input(verdict, tool_input)
+                # A guardian may ask for a human: the call then waits for the client's
+                # permission even if the session trusts the tool (DESIGN; AOM a2h_policy).
+                needs_approval = bool((verdict.data or {}).get("requireApproval"))
             use = ToolUseContentBlock(tool_call_id=call_id, name=call.name, input=tool_input)
             if refusal is not None:
                 # The client never sees it; the model is told why it did not happen.
@@ -377,24 +381,17 @@ class TurnRun:
                 continue
             visible.append(use)
             self.emit(ToolCallEvent(tool_call_id=call_id, name=call.name, input=tool_input))
-            if call.name in self.client_tool_names:
-                to_ask.append(
-                    PendingToolCall(
-                        tool_call_id=call_id, name=call.name, input=tool_input, kind="client"
-                    )
-                )
-            elif self.trust.get(call.name, False):
-                to_run.append(
-                    PendingToolCall(
-                        tool_call_id=call_id, name=call.name, input=tool_input, kind="permission"
-                    )
-                )
+            client = call.name in self.client_tool_names
+            pending = PendingToolCall(
+                tool_call_id=call_id,
+                name=call.name,
+                input=tool_input,
+                kind="client" if client else "permission",
+            )
+            if client or needs_approval or not self.trust.get(call.name, False):
+                to_ask.append(pending)
             else:
-                to_ask.append(
-                    PendingToolCall(
-                        tool_call_id=call_id, name=call.name, input=tool_input, kind="permission"
-                    )
-                )
+                to_run.append(pending)
 
         shown = AssistantMessage(content=simplify(visible)) if visible else None
         told = AssistantMessage(content=simplify(visible + hidden_uses))

@@ -545,3 +545,31 @@ async def test_aos_user_is_the_api_key_principal(tmp_path: Path) -> None:
     users = [msgspec.to_builtins(r.params.context.user) for r in h.guardian.requests]
     assert users
     assert all(u == {"id": "bob", "organization": {"id": "acme"}} for u in users)
+
+
+# DESIGN: a verdict whose `data` asks for a human turns a trusted tool call into an AAP
+# permission request (`tool_call` + `stopReason: tool_use`, answered by `tool_permission`).
+@modes
+async def test_guardian_approval_request_makes_a_trusted_call_wait_for_permission(
+    h: Harness, mode: str
+) -> None:
+    h.guardian.rules.append(
+        on_method(
+            "steps/toolCallRequest",
+            lambda request: aos.AosSuccessResult(
+                decision="allow",
+                message="a human must approve",
+                reason_code=["approval.required"],
+                data={"requireApproval": True},
+            ),
+        )
+    )
+    sid = await create_session(h, server_tools={"calculator": True})
+    asked = await run_turn(h, sid, tool_line("calculator", {"expression": "6*7"}), mode)
+    assert asked.stop == "tool_use"
+    [use] = tool_uses(asked.messages)
+    assert not any(m.get("role") == "tool" for m in asked.messages)  # not run yet
+
+    granted = await run_turn(h, sid, [permission(use["toolCallId"], True)], mode)
+    assert granted.stop == "end_turn"
+    assert granted.messages[0] == {"role": "tool", "toolCallId": use["toolCallId"], "content": "42"}
