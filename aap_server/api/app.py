@@ -11,6 +11,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from aap_server.agent import Agent
+from aap_server.api.aos_endpoint import post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.openapi import openapi_config
@@ -44,10 +45,11 @@ def create_app(
 
         agents = discover()
     store = store or SqliteSessionStore(settings.db)
+    guardian = guardian or AllowAll()  # one guardian: the turn engine's and POST /aos's
     service = AapService(
         registry=AgentRegistry(agents),
         store=store,
-        guardian=guardian or AllowAll(),
+        guardian=guardian,
         guardian_timeout_seconds=settings.guardian_timeout_seconds,
         turn_timeout_seconds=settings.turn_timeout_seconds,
         page_size=settings.page_size,
@@ -64,17 +66,20 @@ def create_app(
         await service.shutdown(settings.shutdown_grace_seconds)
         await store.close()
 
+    app_version = package_version()
     return Litestar(
-        route_handlers=[get_meta, SessionsController],
+        route_handlers=[get_meta, SessionsController, post_aos],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        openapi_config=openapi_config(package_version()),
+        openapi_config=openapi_config(app_version),
         request_max_body_size=settings.max_body_bytes,
         state=State(
             {
                 "settings": settings,
                 "service": service,
+                "guardian": guardian,  # unwrapped; each caller wraps it in FailClosed
+                "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }
         ),

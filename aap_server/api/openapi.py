@@ -1,5 +1,5 @@
 """The OpenAPI document: Litestar's, completed where it cannot know (the SSE response, tagged
-union discriminators from msgspec's own schema, the bearer scheme)."""
+union discriminators from msgspec's own schema, the bearer scheme, the AOS JSON-RPC bodies)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
-from aap_server import protocol
+from aap_server import aos, protocol
 from aap_server.protocol import DeltaSSEEvent, ErrorResponse, MessageSSEEvent
 
 TURN_PATH = "/sessions/{session_id}/turns"
+AOS_PATH = "/aos"
+AOS_PREFIX = "Aos"  # AOS component names are prefixed (`AosAgent`) so they never meet AAP's
+_AOS_REF_PREFIX = "#/components/schemas/"
 
 _ERROR_DESCRIPTIONS = {
     400: "Invalid request: malformed JSON, a wrong field, or a value the agent does not accept",
@@ -43,6 +46,125 @@ def _protocol_components() -> dict[str, Any]:
         [*structs, DeltaSSEEvent, MessageSSEEvent], ref_template="#/components/schemas/{name}"
     )
     return components
+
+
+def _prefixed(name: str) -> str:
+    return name if name.startswith(AOS_PREFIX) else AOS_PREFIX + name
+
+
+def _rename_refs(node: Any) -> Any:
+    """`node` with every `$ref`/discriminator mapping to an AOS component renamed."""
+    if isinstance(node, dict):
+        renamed = {key: _rename_refs(value) for key, value in node.items()}
+        ref = renamed.get("$ref")
+        if isinstance(ref, str):
+            renamed["$ref"] = _AOS_REF_PREFIX + _prefixed(ref.removeprefix(_AOS_REF_PREFIX))
+        mapping = renamed.get("discriminator", {}).get("mapping")
+        if isinstance(mapping, dict):
+            for tag, target in mapping.items():
+                mapping[tag] = _AOS_REF_PREFIX + _prefixed(target.removeprefix(_AOS_REF_PREFIX))
+        return renamed
+    if isinstance(node, list):
+        return [_rename_refs(item) for item in node]
+    return node
+
+
+_AOS_REQUESTS = [_prefixed(member.__name__) for member in aos.AosRequest.__args__]
+
+
+def _aos_components() -> dict[str, Any]:
+    """msgspec's schema for the AOS requests (`AosRequest`, tagged on `method`) and the
+    JSON-RPC replies (`AosReply`), with every component they need."""
+    (request_union, *_), components = msgspec.json.schema_components(
+        [aos.AosRequest, aos.AosSuccessResponse, aos.PingResponse, aos.JsonRpcErrorResponse],
+        ref_template=_AOS_REF_PREFIX + "{name}",
+    )
+    renamed = {_prefixed(name): _rename_refs(schema) for name, schema in components.items()}
+    for name in [*_AOS_REQUESTS, "AosSuccessResponse", "AosPingResponse"]:
+        # `jsonrpc` has a default in the Structs (always written) but JSON-RPC requires it.
+        schema = renamed[name]
+        schema["required"] = ["jsonrpc", *(f for f in schema["required"] if f != "jsonrpc")]
+    renamed["AosRequest"] = {
+        **_rename_refs(request_union),
+        "description": "Any AOS 0.1 request (§4); `method` selects the params.",
+    }
+    error = renamed["AosJsonRpcError"]["properties"]
+    error["data"] = {
+        "type": "string",
+        "description": "The AOS error name (§6.1): `JSONParseError`, `InvalidRequestError`, "
+        "`MethodNotFoundError`, `InvalidParamsError` or `InternalError`.",
+        "enum": sorted(set(aos.AOS_ERROR_NAMES.values())),
+    }
+    renamed["AosJsonRpcErrorResponse"]["properties"]["id"]["description"] = (
+        "The request's id; `null` when it could not be read (parse error, invalid request)."
+    )
+    reply = {
+        "oneOf": [
+            {"$ref": _AOS_REF_PREFIX + name}
+            for name in ("AosSuccessResponse", "AosPingResponse", "AosJsonRpcErrorResponse")
+        ]
+    }
+    renamed["AosReply"] = {**reply, "description": "One JSON-RPC 2.0 response."}
+    return renamed
+
+
+_AOS_DESCRIPTION = """\
+The server's guardian as an AOS 0.1 JSON-RPC 2.0 endpoint for agents hosted elsewhere: the
+same guardian (and the same fail-closed rule: a failing guardian answers `deny`) that checks
+every step of the agents served here.
+
+- Body: one request (a JSON object) or a batch (a non-empty JSON array of them). The `id` must
+  be a string or an integer. A request without `id` is a notification: not answered and not
+  checked.
+- `steps/*` and `protocols/*` are answered with the guardian's verdict (`AOSSuccessResult`);
+  `ping` with `status: connected`, the server version and its UTC time.
+- Errors are JSON-RPC error responses with HTTP 200: -32700 invalid JSON, -32600 not a valid
+  request, -32601 unknown method, -32602 params that do not decode (the message names the
+  field, e.g. `$.params.context.agent`), -32603 a failure of the server. `error.data` is the
+  AOS error name; `id` is `null` when the request's id could not be read.
+- A batch is answered with an array of responses in request order, leaving out notifications.
+  HTTP 204 (no body) when nothing is to be answered (notifications only).
+- Accepted alternate forms (DESIGN spec notes): `citations` for `citation` (`steps/message`),
+  `params.toolCallResult` nesting (`steps/toolCallResult`), and the raw MCP/A2A message
+  directly in `params` instead of `params.message`.
+- A missing or unknown API key (401) and a body over the size limit (413) are HTTP errors in
+  the usual JSON error shape, not JSON-RPC responses."""
+
+
+def _complete_aos(document: dict[str, Any], schemas: dict[str, Any]) -> None:
+    operation = document.get("paths", {}).get(AOS_PATH, {}).get("post")
+    if operation is None:
+        return
+    schemas.update(_aos_components())
+    request = {"$ref": _AOS_REF_PREFIX + "AosRequest"}
+    operation["description"] = _AOS_DESCRIPTION
+    operation["requestBody"] = {
+        "required": True,
+        "description": "One AOS request, or a batch of them",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "oneOf": [
+                        request,
+                        {"type": "array", "items": request, "minItems": 1},
+                    ]
+                }
+            }
+        },
+    }
+    reply = {"$ref": _AOS_REF_PREFIX + "AosReply"}
+    responses = operation["responses"]
+    responses["200"] = {
+        "description": "The JSON-RPC response (a verdict, a ping result or an error), or an "
+        "array of them for a batch",
+        "content": {
+            "application/json": {
+                "schema": {"oneOf": [reply, {"type": "array", "items": reply, "minItems": 1}]}
+            }
+        },
+    }
+    responses["204"] = {"description": "Only notifications: nothing to answer"}
+    operation["responses"] = dict(sorted(responses.items()))
 
 
 def _event_union(union: Any) -> dict[str, Any]:
@@ -105,6 +227,7 @@ def finalize_openapi(document: dict[str, Any]) -> dict[str, Any]:
     schemas.update(_protocol_components())
     schemas.pop("Wire", None)  # the wire types' common base, not a body of its own
     _complete_errors(document)
+    _complete_aos(document, schemas)
     meta = document.get("paths", {}).get("/meta", {}).get("get")
     if meta is not None:
         # Public by default (`public_meta`); a key is accepted, and required when it is off.

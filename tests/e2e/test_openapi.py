@@ -77,7 +77,8 @@ async def test_every_endpoint_is_documented_with_its_bodies(
 
 def test_paths_are_exactly_the_aap_endpoints(served: dict[str, Any]) -> None:
     documented = {(m, p) for p, ops in served["paths"].items() for m in ops if m != "parameters"}
-    assert documented == {(method, path) for method, path, *_ in ENDPOINTS}
+    # The AAP endpoints, and the AOS guardian endpoint (tests/e2e/test_aos_endpoint.py).
+    assert documented == {(method, path) for method, path, *_ in ENDPOINTS} | {("post", "/aos")}
 
 
 # AAP response.md: the turn answers JSON for `none` and an event stream for delta/message.
