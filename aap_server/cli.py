@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
+from aap_server.guardian.policy import PolicyError
 
 logger = logging.getLogger("aap_server")
 
@@ -98,6 +99,30 @@ def export_openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def policy_check(args: argparse.Namespace) -> int:
+    from aap_server.guardian.policy import load_policy
+
+    policy = load_policy(args.file)
+    enabled = sum(rule.enabled for rule in policy.rules)
+    print(f"{args.file}: OK ({enabled} rules enabled, mode {policy.mode}, sha256 {policy.hash})")
+    return 0
+
+
+def policy_test(args: argparse.Namespace) -> int:
+    from aap_server.guardian.policy import load_policy
+    from aap_server.guardian.policy_cases import load_cases, run_cases
+
+    results = run_cases(load_policy(args.file), load_cases(args.cases))
+    for result in results:
+        mark = "ok  " if result.passed else "FAIL"
+        by = f" ({result.rule})" if result.rule else ""
+        detail = f" — {result.detail}" if result.detail else ""
+        print(f"{mark} {result.name}: {result.got}{by}{detail}")
+    failed = sum(not result.passed for result in results)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aap-server", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -118,6 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     openapi_parser.add_argument("--output", default="openapi/openapi.json")
     openapi_parser.add_argument("--config", help="TOML configuration file")
     openapi_parser.set_defaults(handler=export_openapi)
+
+    policy_parser = commands.add_parser("policy", help="check or test a guardian policy file")
+    policy_commands = policy_parser.add_subparsers(dest="policy_command", required=True)
+    check_parser = policy_commands.add_parser("check", help="validate a policy file")
+    check_parser.add_argument("file")
+    check_parser.set_defaults(handler=policy_check)
+    test_parser = policy_commands.add_parser("test", help="run policy unit cases")
+    test_parser.add_argument("file")
+    test_parser.add_argument("cases", help="TOML file of [[cases]]")
+    test_parser.set_defaults(handler=policy_test)
     return parser
 
 
@@ -125,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)
-    except ConfigError as error:
+    except (ConfigError, PolicyError) as error:
         print(f"aap-server: {error}", file=sys.stderr)
         return 2
     return code

@@ -57,6 +57,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     turn_timeout_seconds: float = 300.0
     shutdown_grace_seconds: float = 30.0
     log_level: str = "info"
+    # The guardian's policy file (TOML); empty: the policy that ships with the server.
+    policy: str = ""
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):

@@ -127,3 +127,41 @@ def test_openapi_command_writes_the_document(tmp_path: Path) -> None:
     document = json.loads(output.read_text())
     assert document["openapi"].startswith("3.1")
     assert "/sessions/{session_id}/turns" in document["paths"]
+
+
+# --- aap-server policy ------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_POLICY = ROOT / "aap_server" / "guardian" / "default_policy.toml"
+CASES = ROOT / "examples" / "default_policy_cases.toml"
+
+
+def test_policy_check_accepts_the_shipped_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["policy", "check", str(DEFAULT_POLICY)]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def test_policy_check_refuses_a_broken_policy_naming_rule_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[[rules]]\nid = "r1"\naction = "deny"\nreason_code = "x"\nmatch.tool = 3\n')
+    assert cli.main(["policy", "check", str(broken)]) == 2
+    error = capsys.readouterr().err
+    assert "r1" in error
+    assert "match.tool" in error
+
+
+def test_policy_test_runs_the_example_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["policy", "test", str(DEFAULT_POLICY), str(CASES)]) == 0
+    assert "0 failed" in capsys.readouterr().out
+
+
+def test_policy_test_fails_when_a_case_does_not_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = tmp_path / "cases.toml"
+    example = CASES.read_text(encoding="utf-8")
+    cases.write_text(example.replace('expect = "modify"', 'expect = "allow"', 1))
+    assert cli.main(["policy", "test", str(DEFAULT_POLICY), str(cases)]) == 1
+    assert "FAIL" in capsys.readouterr().out

@@ -39,3 +39,18 @@ async def test_readme_example_agent_answers_and_calls_its_tool(tmp_path: Path) -
         messages = timed.json()["messages"]
         assert messages[1]["role"] == "tool"
         assert messages[1]["content"] == "12:00"
+
+
+def test_readme_example_policy_is_a_valid_policy() -> None:
+    from aap_server.guardian.policy import parse_policy
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### Policy files") :]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    policy = parse_policy(block.group(1).encode(), "README")
+    assert [rule.id for rule in policy.rules] == [
+        "hide-emails-from-the-model",
+        "email-tool-gets-real-addresses",
+        "ask-before-mailing-strangers",
+    ]

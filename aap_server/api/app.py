@@ -17,7 +17,9 @@ from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import Settings
-from aap_server.guardian import AllowAll, Guardian
+from aap_server.guardian import Guardian
+from aap_server.guardian.policy import default_policy, load_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.runtime import AapService, AgentRegistry
 from aap_server.store import SessionStore
 from aap_server.store.sqlite import SqliteSessionStore
@@ -45,7 +47,10 @@ def create_app(
 
         agents = discover()
     store = store or SqliteSessionStore(settings.db)
-    guardian = guardian or AllowAll()  # one guardian: the turn engine's and POST /aos's
+    # One guardian: the turn engine's and POST /aos's.
+    guardian = guardian or PolicyGuardian(
+        load_policy(settings.policy) if settings.policy else default_policy()
+    )
     service = AapService(
         registry=AgentRegistry(agents),
         store=store,

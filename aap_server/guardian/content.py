@@ -1,0 +1,121 @@
+"""What a policy looks at in a step: who, which tool, which arguments, and its text — and how
+to rewrite that text (for `modify`) without touching anything else of the request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from aap_server import aos
+
+# Where each method keeps the content a policy inspects and may rewrite (paths into the
+# request's JSON form; `*` walks every item of a list, a trailing `**` every string below).
+CONTENT_PATHS: dict[str, list[tuple[str, ...]]] = {
+    "steps/message": [("params", "message", "content", "*", "text")],
+    "steps/toolCallRequest": [("params", "toolCallRequest", "inputs", "*", "value", "**")],
+    "steps/toolCallResult": [("params", "result", "outputs", "*", "text")],
+    "steps/knowledgeRetrieval": [("params", "knowledgeStep", "results", "*", "content")],
+    "steps/memoryStore": [("params", "memory", "*")],
+    "steps/memoryContextRetrieval": [("params", "memory", "*")],
+    "steps/agentTrigger": [("params", "trigger", "content", "*", "text")],
+    "protocols/MCP": [("params", "message", "**")],
+    "protocols/A2A": [("params", "message", "**")],
+    "ping": [],
+}
+
+# Steps whose content comes from outside the agent's control.
+UNTRUSTED_METHODS = frozenset(
+    {"steps/toolCallResult", "steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"}
+)
+
+
+class StepView(msgspec.Struct, frozen=True, kw_only=True):
+    """The facts of one step a rule can match on."""
+
+    method: str
+    agent: str | None
+    session_id: str | None
+    turn_id: str | None
+    role: str | None
+    tool: str | None
+    execution_id: str | None
+    arguments: dict[str, Any]
+    texts: list[str]
+
+
+def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
+    """Apply `visit` to every string at `path` under `node`; returns the rewritten node."""
+    if not path:
+        return visit(node) if isinstance(node, str) else node
+    head, rest = path[0], path[1:]
+    if head == "**":
+        if isinstance(node, str):
+            return visit(node)
+        if isinstance(node, list):
+            return [_walk(item, path, visit) for item in node]
+        if isinstance(node, dict):
+            return {key: _walk(value, path, visit) for key, value in node.items()}
+        return node
+    if head == "*":
+        return [_walk(item, rest, visit) for item in node] if isinstance(node, list) else node
+    if isinstance(node, dict) and head in node:
+        return {**node, head: _walk(node[head], rest, visit)}
+    return node
+
+
+def _normalized(request: aos.AosRequest) -> aos.AosRequest:
+    """The prose form of requests that also accept the schema's form (DESIGN spec notes)."""
+    params = request.params
+    if isinstance(params, aos.ToolCallResultParams | aos.MessageParams | aos.ProtocolMessageParams):
+        return msgspec.structs.replace(request, params=params.normalized())
+    return request
+
+
+def texts_of(request: aos.AosRequest) -> list[str]:
+    found: list[str] = []
+
+    def collect(text: str) -> str:
+        found.append(text)
+        return text
+
+    document = msgspec.to_builtins(_normalized(request))
+    for path in CONTENT_PATHS[request.method]:
+        _walk(document, path, collect)
+    return found
+
+
+def rewrite(request: aos.AosRequest, change: Callable[[str], str]) -> aos.AosRequest:
+    """The request with `change` applied to every string of its content, all else kept."""
+    document = msgspec.to_builtins(_normalized(request))
+    for path in CONTENT_PATHS[request.method]:
+        document = _walk(document, path, change)
+    rewritten: aos.AosRequest = msgspec.convert(document, type(request))
+    return rewritten
+
+
+def view_of(request: aos.AosRequest) -> StepView:
+    params: Any = _normalized(request).params
+    context: aos.StepContext | None = getattr(params, "context", None)
+    role = tool = execution_id = None
+    arguments: dict[str, Any] = {}
+    if isinstance(params, aos.MessageParams):
+        role = params.message.role
+    elif isinstance(params, aos.ToolCallRequestParams):
+        tool = params.tool_call_request.tool_id
+        execution_id = params.tool_call_request.execution_id
+        arguments = {arg.name: arg.value for arg in params.tool_call_request.inputs}
+    elif isinstance(params, aos.ToolCallResultParams):
+        execution_id = params.effective_execution_id
+    return StepView(
+        method=request.method,
+        agent=context.agent.name if context else None,
+        session_id=context.session.id if context else None,
+        turn_id=context.turn_id if context else None,
+        role=role,
+        tool=tool,
+        execution_id=execution_id,
+        arguments=arguments,
+        texts=texts_of(request),
+    )

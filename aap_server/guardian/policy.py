@@ -1,0 +1,240 @@
+"""The declarative policy file: its schema, loading, and validation.
+
+TOML, because it is in the standard library (`tomllib`: no dependency to audit), has comments,
+and is typed without YAML's surprises (`no` stays a string, `1.10` stays what you wrote).
+A broken policy refuses to load with an error naming the rule and the field.
+
+    version = 1
+    mode = "enforce"                 # or "shadow": record verdicts, enforce nothing
+
+    [[rules]]
+    id = "no-secrets-out"            # unique; every verdict names the rule that made it
+    reason_code = "secret.output"    # goes to the verdict's reasonCode and the audit trail
+    action = "deny"                  # allow | deny | modify | require_approval
+    message = "Secrets are not sent to users"
+    match.method = ["steps/message"]
+    match.role = ["agent"]
+    match.detectors = ["secret.*"]   # any finding whose detector id matches a pattern
+
+Precedence: every rule whose `match` holds applies. The strongest action decides:
+deny > require_approval > modify > allow; among equals, the first rule in the file names the
+verdict. All matching `modify` rules apply, in file order. No matching rule: `default`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from aap_server.aos import AOS_METHODS
+
+Action = Literal["allow", "deny", "modify", "require_approval"]
+RedactStyle = Literal["placeholder", "mask", "replace"]
+
+# Strongest first: the verdict of several matching rules is the strongest action among them.
+ACTION_STRENGTH: dict[str, int] = {"deny": 3, "require_approval": 2, "modify": 1, "allow": 0}
+
+
+class PolicyError(ValueError):
+    """The policy cannot be used; the message names the rule and the field."""
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ArgumentMatch(_Strict, frozen=True):
+    """A condition on one tool argument, by dotted path into the call's inputs (`to`,
+    `message.recipients.0`). Set one of `equals`, `contains`, `matches` (a regex), or
+    `exists`."""
+
+    path: str
+    equals: Any = None
+    contains: str | None = None
+    matches: str | None = None
+    exists: bool | None = None
+
+
+class SessionMatch(_Strict, frozen=True):
+    """Conditions on what the session has done so far (counted by the guardian)."""
+
+    # Tool calls already allowed in this turn / this session / of this tool in the session.
+    tool_calls_in_turn_at_least: int | None = None
+    tool_calls_in_session_at_least: int | None = None
+    calls_of_this_tool_at_least: int | None = None
+    # The session has taken in untrusted content (tool results, knowledge, inbound MCP/A2A).
+    untrusted_seen: bool | None = None
+    # Private values (detector hits, confidential knowledge) appear in this step's arguments.
+    private_data_in_arguments: bool | None = None
+    # Values from untrusted sources appear in this step's arguments.
+    untrusted_data_in_arguments: bool | None = None
+
+
+class Match(_Strict, frozen=True):
+    """All given conditions must hold (each list: any of its entries). Names may use `*`."""
+
+    method: list[str] | None = None
+    agent: list[str] | None = None
+    tool: list[str] | None = None
+    role: list[Literal["user", "agent", "system"]] | None = None
+    detectors: list[str] | None = None
+    arguments: list[ArgumentMatch] | None = None
+    session: SessionMatch | None = None
+    # Tool calls of tools labelled egress (policy `egress.tools`) only.
+    egress: bool | None = None
+
+
+class Modify(_Strict, frozen=True):
+    """What a `modify` rule does to the step's content."""
+
+    # Detector id patterns whose findings are replaced.
+    redact: list[str] = msgspec.field(default_factory=list)
+    # placeholder: `<EMAIL_1>`, the same value the same placeholder within a session;
+    # mask: `****`; replace: the `replacement` text.
+    style: RedactStyle = "placeholder"
+    replacement: str = "[REDACTED]"
+    # Put the real values back for placeholders of these detectors (for an approved tool).
+    restore: list[str] = msgspec.field(default_factory=list)
+
+
+class Rule(_Strict, frozen=True):
+    id: str
+    action: Action
+    reason_code: str
+    match: Match = msgspec.field(default_factory=Match)
+    message: str | None = None
+    description: str | None = None
+    modify: Modify | None = None
+    enabled: bool = True
+
+
+class Egress(_Strict, frozen=True):
+    """Tools that send data out, and where they may send it."""
+
+    tools: list[str] = msgspec.field(default_factory=list)
+    allow_domains: list[str] | None = None
+    deny_domains: list[str] = msgspec.field(default_factory=list)
+
+
+class Policy(_Strict, frozen=True):
+    version: Literal[1] = 1
+    mode: Literal["enforce", "shadow"] = "enforce"
+    default: Literal["allow", "deny"] = "allow"
+    egress: Egress = msgspec.field(default_factory=Egress)
+    rules: list[Rule] = msgspec.field(default_factory=list)
+    # Set by the loader: sha256 of the file's bytes, named in every verdict.
+    hash: str = ""
+
+
+def _known_detector_patterns() -> set[str]:
+    from aap_server.guardian.detectors import detector_ids
+
+    return set(detector_ids())
+
+
+def _check_names(rule: Rule, index: int, field: str, patterns: list[str], known: set[str]) -> None:
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in known):
+            raise PolicyError(
+                f"rules[{index}] (id {rule.id!r}): {field}: {pattern!r} names no known "
+                f"detector (known: {', '.join(sorted(known))})"
+            )
+
+
+def validate(policy: Policy) -> Policy:
+    """Cross-field checks msgspec's schema cannot express."""
+    seen: set[str] = set()
+    detectors = _known_detector_patterns()
+    for index, rule in enumerate(policy.rules):
+        where = f"rules[{index}] (id {rule.id!r})"
+        if not rule.id.strip():
+            raise PolicyError(f"rules[{index}].id: must not be empty")
+        if rule.id in seen:
+            raise PolicyError(f"{where}: id: duplicate rule id")
+        seen.add(rule.id)
+        if rule.action == "modify" and (
+            rule.modify is None or not (rule.modify.redact or rule.modify.restore)
+        ):
+            raise PolicyError(f"{where}: modify: a modify rule needs `modify.redact` or `restore`")
+        if rule.action != "modify" and rule.modify is not None:
+            raise PolicyError(f"{where}: modify: only rules with action 'modify' may set it")
+        for method in rule.match.method or []:
+            if method not in AOS_METHODS:
+                raise PolicyError(
+                    f"{where}: match.method: unknown AOS method {method!r} "
+                    f"(one of {', '.join(AOS_METHODS)})"
+                )
+        _check_names(rule, index, "match.detectors", rule.match.detectors or [], detectors)
+        if rule.modify is not None:
+            _check_names(rule, index, "modify.redact", rule.modify.redact, detectors)
+            _check_names(rule, index, "modify.restore", rule.modify.restore, detectors)
+        for arg_index, argument in enumerate(rule.match.arguments or []):
+            given = [
+                argument.equals is not None,
+                argument.contains is not None,
+                argument.matches is not None,
+                argument.exists is not None,
+            ]
+            if sum(given) != 1:
+                raise PolicyError(
+                    f"{where}: match.arguments[{arg_index}]: set exactly one of "
+                    "equals, contains, matches, exists"
+                )
+            if argument.matches is not None:
+                try:
+                    re.compile(argument.matches)
+                except re.error as error:
+                    raise PolicyError(
+                        f"{where}: match.arguments[{arg_index}].matches: bad regex: {error}"
+                    ) from error
+    return policy
+
+
+def parse_policy(data: bytes, source: str = "policy") -> Policy:
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise PolicyError(f"{source}: not valid TOML: {error}") from error
+    try:
+        policy = msgspec.convert(raw, Policy)
+    except msgspec.ValidationError as error:
+        raise PolicyError(f"{source}: {_name_rule(raw, str(error))}") from error
+    try:
+        policy = validate(policy)
+    except PolicyError as error:
+        raise PolicyError(f"{source}: {error}") from error
+    return msgspec.structs.replace(policy, hash=hashlib.sha256(data).hexdigest())
+
+
+def _name_rule(raw: dict[str, Any], message: str) -> str:
+    """msgspec says `... - at `$.rules[2].action``: add the rule's id to it."""
+    found = re.search(r"\$\.rules\[(\d+)\]", message)
+    rules = raw.get("rules")
+    if found and isinstance(rules, list) and int(found.group(1)) < len(rules):
+        rule = rules[int(found.group(1))]
+        if isinstance(rule, dict) and "id" in rule:
+            return f"{message} (rule id {rule['id']!r})"
+    return message
+
+
+def load_policy(path: str | Path) -> Policy:
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as error:
+        raise PolicyError(f"{file}: cannot be read: {error.strerror}") from error
+    return parse_policy(data, str(file))
+
+
+DEFAULT_POLICY_PATH = Path(__file__).with_name("default_policy.toml")
+
+
+def default_policy() -> Policy:
+    """The policy that ships: protects a new user without configuration."""
+    return load_policy(DEFAULT_POLICY_PATH)

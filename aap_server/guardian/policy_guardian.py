@@ -1,0 +1,351 @@
+"""The in-process policy guardian: deterministic rules over detectors and session facts.
+
+Per session it remembers (in memory, per process) what policy rules ask about: how many tool
+calls were made, whether untrusted content came in, which private values were seen (so they
+can be recognised leaving in a tool's arguments, also base64-, URL- or hex-encoded), and the
+placeholders it handed out, so the same value always gets the same `<EMAIL_1>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fnmatch
+import re
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aap_server import aos
+from aap_server.guardian.base import Guardian, TextScreen
+from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
+from aap_server.guardian.detectors import Finding, check_egress, scan_all
+from aap_server.guardian.policy import (
+    ACTION_STRENGTH,
+    ArgumentMatch,
+    Match,
+    Modify,
+    Policy,
+    Rule,
+)
+from aap_server.guardian.screen import WindowScreen
+
+# Private values shorter than this are too common to track as leaks.
+MIN_TRACKED_LENGTH = 6
+# How many sessions' facts are kept (least recently used are forgotten first).
+MAX_SESSIONS = 10_000
+
+
+class SessionFacts:
+    """What the guardian has seen of one session."""
+
+    def __init__(self) -> None:
+        self.turn_id: str | None = None
+        self.calls_in_turn = 0
+        self.calls_in_session = 0
+        self.calls_by_tool: dict[str, int] = {}
+        self.untrusted_seen = False
+        self.untrusted_values: set[str] = set()
+        self.private_values: set[str] = set()
+        self.placeholders: dict[str, str] = {}  # real value -> placeholder
+        self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
+        self.counters: dict[str, int] = {}
+
+    def placeholder(self, finding: Finding) -> str:
+        known = self.placeholders.get(finding.value)
+        if known is not None:
+            return known
+        kind = finding.detector.rsplit(".", 1)[-1].upper()
+        self.counters[kind] = self.counters.get(kind, 0) + 1
+        placeholder = f"<{kind}_{self.counters[kind]}>"
+        self.placeholders[finding.value] = placeholder
+        self.originals[placeholder] = (finding.detector, finding.value)
+        return placeholder
+
+
+def _encodings(value: str) -> list[str]:
+    raw = value.encode()
+    return [
+        value,
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote_plus(value),
+        binascii.hexlify(raw).decode(),
+    ]
+
+
+def _contains_any(haystack: str, values: set[str]) -> bool:
+    lowered = haystack.lower()
+    for value in values:
+        for encoded in _encodings(value):
+            if encoded.lower() in lowered:
+                return True
+    return False
+
+
+def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
+    if patterns is None:
+        return True
+    return name is not None and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _argument_value(arguments: dict[str, Any], path: str) -> tuple[bool, Any]:
+    node: Any = arguments
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, None
+    return True, node
+
+
+def _argument_holds(condition: ArgumentMatch, arguments: dict[str, Any]) -> bool:
+    present, value = _argument_value(arguments, condition.path)
+    if condition.exists is not None:
+        return present == condition.exists
+    if not present:
+        return False
+    if condition.equals is not None:
+        return bool(value == condition.equals)
+    text = value if isinstance(value, str) else str(value)
+    if condition.contains is not None:
+        return condition.contains in text
+    assert condition.matches is not None
+    return re.search(condition.matches, text) is not None
+
+
+class _Step:
+    """One step under evaluation: its view, findings (computed once) and session facts."""
+
+    def __init__(self, request: aos.AosRequest, facts: SessionFacts, policy: Policy) -> None:
+        self.request = request
+        self.view: StepView = view_of(request)
+        self.facts = facts
+        self.policy = policy
+        self._findings: list[Finding] | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Detector hits in the step's content; for egress tools also URLs outside the
+        policy's allowed domains (or inside its denied ones)."""
+        if self._findings is None:
+            found = [f for text in self.view.texts for f in scan_all(text)]
+            egress = self.policy.egress
+            if self.is_egress() and (egress.allow_domains is not None or egress.deny_domains):
+                for text in self.view.texts:
+                    found.extend(check_egress(text, egress.allow_domains, egress.deny_domains))
+            self._findings = found
+        return self._findings
+
+    @property
+    def argument_text(self) -> str:
+        return "\n".join(self.view.texts) if self.view.method == "steps/toolCallRequest" else ""
+
+    def is_egress(self) -> bool:
+        return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
+
+
+def _matches(match: Match, step: _Step) -> bool:
+    view, facts = step.view, step.facts
+    if match.method is not None and view.method not in match.method:
+        return False
+    if match.agent is not None and not _names_match(match.agent, view.agent):
+        return False
+    if match.tool is not None and not _names_match(match.tool, view.tool):
+        return False
+    if match.role is not None and view.role not in match.role:
+        return False
+    if match.egress is not None and step.is_egress() != match.egress:
+        return False
+    if match.arguments is not None and not all(
+        _argument_holds(condition, view.arguments) for condition in match.arguments
+    ):
+        return False
+    if match.session is not None:
+        session = match.session
+        checks = [
+            (session.tool_calls_in_turn_at_least, facts.calls_in_turn),
+            (session.tool_calls_in_session_at_least, facts.calls_in_session),
+            (session.calls_of_this_tool_at_least, facts.calls_by_tool.get(view.tool or "", 0)),
+        ]
+        for threshold, count in checks:
+            if threshold is not None and count < threshold:
+                return False
+        if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
+            return False
+        if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
+            _contains_any(step.argument_text, facts.private_values)
+        ):
+            return False
+        if session.untrusted_data_in_arguments is not None and (
+            session.untrusted_data_in_arguments
+            != _contains_any(step.argument_text, facts.untrusted_values)
+        ):
+            return False
+    # Last: the detectors are the costly part, and most rules are decided before them.
+    return match.detectors is None or any(
+        _names_match(match.detectors, finding.detector) for finding in step.findings
+    )
+
+
+class PolicyGuardian(Guardian):
+    """Evaluates a `Policy` against every step; see `aap_server.guardian.policy` for the rules."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._sessions: OrderedDict[str, SessionFacts] = OrderedDict()
+
+    def text_screen(self) -> TextScreen:
+        return WindowScreen()
+
+    def replace_policy(self, policy: Policy) -> None:
+        """Swap the policy (reload): checks in flight finish under the one they started with."""
+        self.policy = policy
+
+    def _facts(self, session_id: str | None) -> SessionFacts:
+        key = session_id or ""
+        facts = self._sessions.get(key)
+        if facts is None:
+            facts = self._sessions[key] = SessionFacts()
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(key)
+        return facts
+
+    async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        policy = self.policy
+        view_session = getattr(getattr(request.params, "context", None), "session", None)
+        facts = self._facts(view_session.id if view_session else None)
+        step = _Step(request, facts, policy)
+        if step.view.turn_id is not None and step.view.turn_id != facts.turn_id:
+            facts.turn_id = step.view.turn_id
+            facts.calls_in_turn = 0
+
+        matching = [r for r in policy.rules if r.enabled and _matches(r.match, step)]
+        verdict = self._decide(step, matching)
+        self._learn(step, verdict)
+        if policy.mode == "shadow" and verdict.decision != "allow":
+            data = {**(verdict.data or {}), "shadow": {"decision": verdict.decision}}
+            return aos.AosSuccessResult(
+                decision="allow",
+                message=f"shadow mode: would {verdict.decision}: {verdict.message}",
+                reason_code=verdict.reason_code,
+                data=data,
+            )
+        return verdict
+
+    def _decide(self, step: _Step, matching: list[Rule]) -> aos.AosSuccessResult:
+        policy = self.policy
+        base = {
+            "policyHash": policy.hash,
+            "findings": sorted({f.detector for f in step.findings}) if matching else [],
+        }
+        if not matching:
+            return aos.AosSuccessResult(
+                decision=policy.default,
+                message=f"no rule matched; default {policy.default}",
+                reason_code=[f"default.{policy.default}"],
+                data={**base, "ruleId": f"default.{policy.default}"},
+            )
+        strongest = max(ACTION_STRENGTH[r.action] for r in matching)
+        deciding = next(r for r in matching if ACTION_STRENGTH[r.action] == strongest)
+        reasons = [r.reason_code for r in matching if ACTION_STRENGTH[r.action] == strongest]
+        data: dict[str, Any] = {**base, "ruleId": deciding.id}
+        message = deciding.message or f"rule {deciding.id}: {deciding.action}"
+        if deciding.action == "deny":
+            return aos.AosSuccessResult(
+                decision="deny", message=message, reason_code=reasons, data=data
+            )
+        modified = self._apply_modifications(step, [r for r in matching if r.action == "modify"])
+        if deciding.action == "require_approval":
+            data["requireApproval"] = True
+        if modified is not None:
+            return aos.AosSuccessResult(
+                decision="modify",
+                message=message,
+                reason_code=reasons,
+                data=data,
+                modified_request=modified,
+            )
+        return aos.AosSuccessResult(
+            decision="allow", message=message, reason_code=reasons, data=data
+        )
+
+    def _apply_modifications(self, step: _Step, rules: list[Rule]) -> aos.AosRequest | None:
+        request = step.request
+        for rule in rules:
+            assert rule.modify is not None
+            if rule.modify.redact:
+                request = rewrite(request, _redactor(rule.modify, step.facts))
+            if rule.modify.restore:
+                request = rewrite(request, _restorer(rule.modify.restore, step.facts))
+        return request if request != step.request else None
+
+    def _learn(self, step: _Step, verdict: aos.AosSuccessResult) -> None:
+        """Update the session facts after a step was judged."""
+        facts, view = step.facts, step.view
+        if verdict.decision == "deny":
+            return
+        if view.method == "steps/toolCallRequest" and view.tool is not None:
+            facts.calls_in_turn += 1
+            facts.calls_in_session += 1
+            facts.calls_by_tool[view.tool] = facts.calls_by_tool.get(view.tool, 0) + 1
+        if view.method in UNTRUSTED_METHODS:
+            facts.untrusted_seen = True
+            for text in view.texts:
+                facts.untrusted_values.update(_salient_lines(text))
+        if view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval":
+            # Private data the agent took in (not what the user typed: sending the user's own
+            # address where the user asked is no leak).
+            for finding in step.findings:
+                if (
+                    finding.category in ("pii", "secret")
+                    and len(finding.value) >= MIN_TRACKED_LENGTH
+                ):
+                    facts.private_values.add(finding.value)
+        if view.method == "steps/knowledgeRetrieval":
+            for text in view.texts:
+                if "confidential" in text.lower():
+                    facts.private_values.update(_salient_lines(text))
+
+
+def _redactor(modify: Modify, facts: SessionFacts) -> Callable[[str], str]:
+    """Replaces the findings of `modify.redact` detectors in a text, right to left."""
+
+    def redact(text: str) -> str:
+        hits = [f for f in scan_all(text) if _names_match(modify.redact, f.detector)]
+        for finding in sorted(hits, key=lambda f: f.start, reverse=True):
+            if modify.style == "placeholder":
+                new = facts.placeholder(finding)
+            elif modify.style == "mask":
+                new = "*" * (finding.end - finding.start)
+            else:
+                new = modify.replacement
+            text = text[: finding.start] + new + text[finding.end :]
+        return text
+
+    return redact
+
+
+def _restorer(patterns: list[str], facts: SessionFacts) -> Callable[[str], str]:
+    """Puts back the real values of placeholders this session handed out."""
+
+    def restore(text: str) -> str:
+        if "<" not in text:
+            return text
+        for placeholder, (detector, value) in facts.originals.items():
+            if placeholder in text and _names_match(patterns, detector):
+                text = text.replace(placeholder, value)
+        return text
+
+    return restore
+
+
+def _salient_lines(text: str) -> set[str]:
+    """The lines of a text long enough to recognise if they leave again."""
+    return {line.strip() for line in text.splitlines() if len(line.strip()) >= 12}

@@ -1,0 +1,110 @@
+"""The shipped default policy, end to end with the demo agent over HTTP (issue 3: "Demonstrate
+with the demo agent: search_notes returns a confidential note, then send_email carrying it is
+stopped")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from aap_server.api import create_app
+from aap_server.config import Settings
+from tests.conftest import KEYS, demo_agents, serve
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    # No guardian passed: the app builds the policy guardian with the shipped default policy.
+    app = create_app(Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS), demo_agents())
+    async with (
+        serve(app) as base_url,
+        httpx.AsyncClient(
+            base_url=base_url, headers={"Authorization": "Bearer key-alice"}, timeout=30
+        ) as http,
+    ):
+        yield http
+
+
+async def turn(client: httpx.AsyncClient, session_id: str, text: str) -> dict[str, object]:
+    response = await client.post(
+        f"/sessions/{session_id}/turns", json={"messages": [{"role": "user", "content": text}]}
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def tool_line(name: str, arguments: dict[str, str]) -> str:
+    return f"/tool {name} {json.dumps(arguments)}"
+
+
+async def test_a_confidential_note_read_by_search_cannot_be_emailed_out(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await client.post(
+        "/sessions",
+        json={
+            "agent": {
+                "name": "demo",
+                "tools": [
+                    {"name": "search_notes", "trust": True},
+                    {"name": "send_email", "trust": True},
+                ],
+            }
+        },
+    )
+    session_id = created.json()["sessionId"]
+
+    found = await turn(client, session_id, tool_line("search_notes", {"query": "payroll salary"}))
+    assert "Alice Martin, engineering lead: 98,000 EUR salary" in json.dumps(found)
+
+    leak = tool_line(
+        "send_email",
+        {
+            "to": "friend@example.com",
+            "subject": "fyi",
+            "body": "Alice Martin, engineering lead: 98,000 EUR salary",
+        },
+    )
+    stopped = await turn(client, session_id, leak)
+    # The call was never emitted nor run: no tool_use, no tool result, nothing in the outbox;
+    # the model was told why, and says so.
+    assert "tool_use" not in json.dumps(stopped["messages"])
+    assert all(m["role"] == "assistant" for m in stopped["messages"])  # type: ignore[attr-defined, index]
+    assert "denied" in json.dumps(stopped["messages"])
+    full = await client.get(f"/sessions/{session_id}/history", params={"type": "full"})
+    assert "Queued message" not in full.text
+    compacted = await client.get(f"/sessions/{session_id}/history", params={"type": "compacted"})
+    assert "Tool call denied by policy" in compacted.text
+
+    audit = (await client.get(f"/sessions/{session_id}/audit")).json()["records"]
+    denials = [entry for entry in audit if entry["decision"] == "deny"]
+    assert [entry["ruleId"] for entry in denials] == ["no-exfiltration-after-untrusted-content"]
+
+    harmless = tool_line(
+        "send_email", {"to": "friend@example.com", "subject": "lunch", "body": "Noon?"}
+    )
+    sent = await turn(client, session_id, harmless)
+    assert "Queued message #1" in json.dumps(sent["messages"])
+
+
+async def test_delta_text_streams_through_the_default_policy_and_secrets_are_redacted(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await client.post("/sessions", json={"agent": {"name": "demo"}})
+    session_id = created.json()["sessionId"]
+    key = "AKIA" + "Z7Q3K5M2N8P4R6T1"
+    body = {"stream": "delta", "messages": [{"role": "user", "content": f"my key is {key} ok"}]}
+    deltas: list[str] = []
+    async with client.stream("POST", f"/sessions/{session_id}/turns", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and '"delta"' in line:
+                deltas.append(json.loads(line[6:])["delta"])
+    streamed = "".join(deltas)
+    assert key not in streamed
+    assert "[REDACTED SECRET]" in streamed
+    assert streamed.startswith("Echo: my key is ")
