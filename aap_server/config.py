@@ -59,6 +59,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_level: str = "info"
     # The guardian's policy file (TOML); empty: the policy that ships with the server.
     policy: str = ""
+    # How often the policy file is checked for changes (it is also reloaded on SIGHUP).
+    policy_poll_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):
@@ -69,6 +71,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "guardian_timeout_seconds",
             "turn_timeout_seconds",
             "shutdown_grace_seconds",
+            "policy_poll_seconds",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
+import signal
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
@@ -20,6 +23,7 @@ from aap_server.config import Settings
 from aap_server.guardian import Guardian
 from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.guardian.reload import PolicyReloader
 from aap_server.runtime import AapService, AgentRegistry
 from aap_server.store import SessionStore
 from aap_server.store.sqlite import SqliteSessionStore
@@ -48,9 +52,14 @@ def create_app(
         agents = discover()
     store = store or SqliteSessionStore(settings.db)
     # One guardian: the turn engine's and POST /aos's.
-    guardian = guardian or PolicyGuardian(
-        load_policy(settings.policy) if settings.policy else default_policy()
-    )
+    reloader: PolicyReloader | None = None
+    if guardian is None:
+        policy_guardian = PolicyGuardian(
+            load_policy(settings.policy) if settings.policy else default_policy()
+        )
+        if settings.policy:
+            reloader = PolicyReloader(policy_guardian, settings.policy)
+        guardian = policy_guardian
     service = AapService(
         registry=AgentRegistry(agents),
         store=store,
@@ -60,14 +69,22 @@ def create_app(
         page_size=settings.page_size,
     )
 
+    watcher: list[asyncio.Task[None]] = []
+
     async def open_store() -> None:
         await store.open()
+        if reloader is not None:
+            watcher.append(asyncio.create_task(reloader.watch(settings.policy_poll_seconds)))
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not on every platform
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.reload)
         # Objects made at start-up live for the whole run: keep the GC from rescanning them
         # (measured: cuts the p99 tail under load; see DESIGN stack notes).
         gc.collect()
         gc.freeze()
 
     async def drain_and_close() -> None:
+        for task in watcher:
+            task.cancel()
         await service.shutdown(settings.shutdown_grace_seconds)
         await store.close()
 
@@ -84,6 +101,7 @@ def create_app(
                 "settings": settings,
                 "service": service,
                 "guardian": guardian,  # unwrapped; each caller wraps it in FailClosed
+                "policy_reloader": reloader,
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }
