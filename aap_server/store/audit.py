@@ -41,17 +41,10 @@ def entry_hash(prev_hash: str, seq: int, draft: AuditDraft) -> str:
 def first_broken(entries: Sequence[AuditEntry], prev_hash: str = GENESIS_HASH) -> int | None:
     """The index of the first entry whose chain does not hold, or None if all do."""
     for index, entry in enumerate(entries):
-        draft = AuditDraft(
-            turn_id=entry.turn_id,
-            step_id=entry.step_id,
-            method=entry.method,
-            decision=entry.decision,
-            reason_codes=entry.reason_codes,
-            latency_us=entry.latency_us,
-            at=entry.at,
-            rule_id=entry.rule_id,
-            policy_hash=entry.policy_hash,
-        )
+        fields = msgspec.structs.asdict(entry)
+        for chained in ("seq", "prev_hash", "hash"):
+            del fields[chained]
+        draft = AuditDraft(**fields)
         if entry.prev_hash != prev_hash or entry.hash != entry_hash(prev_hash, entry.seq, draft):
             return index
         prev_hash = entry.hash
