@@ -130,7 +130,7 @@ async def run_for(
 
 
 def p99(values: list[float]) -> float:
-    return sorted(values)[max(0, int(len(values) * 0.99) - 1)]
+    return statistics.quantiles(values, n=100)[98]
 
 
 def report(name: str, count: int, seconds: float, latencies: list[float]) -> float:

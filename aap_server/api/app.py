@@ -101,7 +101,6 @@ def create_app(
                 "settings": settings,
                 "service": service,
                 "guardian": guardian,  # unwrapped; each caller wraps it in FailClosed
-                "policy_reloader": reloader,
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }

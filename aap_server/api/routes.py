@@ -32,6 +32,9 @@ from aap_server.protocol import (
 from aap_server.runtime import AapService, Principal, delta_view, message_view, none_view
 
 Caller = NamedDependency[Principal]
+PageCursor = Annotated[
+    str | None, Parameter(description="The `next` cursor of the previous page", max_length=512)
+]
 SessionId = Annotated[str, Parameter(description="The session id returned by POST /sessions")]
 
 
@@ -64,10 +67,7 @@ class SessionsController(Controller):
         self,
         request: Request[Any, Any, Any],
         principal: Caller,
-        after: Annotated[
-            str | None,
-            Parameter(description="The `next` cursor of the previous page", max_length=512),
-        ] = None,
+        after: PageCursor = None,
     ) -> GetSessionsResponse:
         """The caller's sessions, newest first, paged by an opaque cursor."""
         return await _service(request).list_sessions(principal, after)
@@ -115,10 +115,7 @@ class SessionsController(Controller):
         request: Request[Any, Any, Any],
         principal: Caller,
         session_id: SessionId,
-        after: Annotated[
-            str | None,
-            Parameter(description="The `next` cursor of the previous page", max_length=512),
-        ] = None,
+        after: PageCursor = None,
     ) -> GetAuditResponse:
         """Every guardian verdict on the session's steps, oldest first, hash-chained (each
         entry's `hash` covers the previous entry's). Metadata only: no checked payloads."""

@@ -35,6 +35,8 @@ from aap_server.guardian.screen import WindowScreen
 MIN_TRACKED_LENGTH = 6
 # How many sessions' facts are kept (least recently used are forgotten first).
 MAX_SESSIONS = 10_000
+# How many private / untrusted values one session remembers (oldest forgotten first).
+MAX_TRACKED_VALUES = 512
 
 
 class SessionFacts:
@@ -46,8 +48,8 @@ class SessionFacts:
         self.calls_in_session = 0
         self.calls_by_tool: dict[str, int] = {}
         self.untrusted_seen = False
-        self.untrusted_values: set[str] = set()
-        self.private_values: set[str] = set()
+        self.untrusted_values = TrackedValues()
+        self.private_values = TrackedValues()
         self.placeholders: dict[str, str] = {}  # real value -> placeholder
         self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
         self.counters: dict[str, int] = {}
@@ -64,25 +66,48 @@ class SessionFacts:
         return placeholder
 
 
-def _encodings(value: str) -> list[str]:
+def _encodings(value: str) -> tuple[str, ...]:
+    """The forms a value may take on the way out, lower-cased for matching."""
     raw = value.encode()
-    return [
+    forms = (
         value,
         base64.b64encode(raw).decode().rstrip("="),
         base64.urlsafe_b64encode(raw).decode().rstrip("="),
         urllib.parse.quote(value, safe=""),
         urllib.parse.quote_plus(value),
         binascii.hexlify(raw).decode(),
-    ]
+    )
+    return tuple(dict.fromkeys(form.lower() for form in forms))
 
 
-def _contains_any(haystack: str, values: set[str]) -> bool:
-    lowered = haystack.lower()
-    for value in values:
-        for encoded in _encodings(value):
-            if encoded.lower() in lowered:
-                return True
-    return False
+class TrackedValues:
+    """Values to recognise if they leave again, with their encodings computed once. Bounded
+    (oldest forgotten first) so a check costs the same late in a long session as early."""
+
+    def __init__(self, limit: int = MAX_TRACKED_VALUES) -> None:
+        self.limit = limit
+        self._forms: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._forms)
+
+    def add(self, value: str) -> None:
+        if value in self._forms:
+            self._forms.move_to_end(value)
+            return
+        self._forms[value] = _encodings(value)
+        if len(self._forms) > self.limit:
+            self._forms.popitem(last=False)
+
+    def update(self, values: set[str]) -> None:
+        for value in values:
+            self.add(value)
+
+    def found_in(self, haystack: str) -> bool:
+        if not self._forms or not haystack:
+            return False
+        lowered = haystack.lower()
+        return any(form in lowered for forms in self._forms.values() for form in forms)
 
 
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
@@ -178,12 +203,12 @@ def _matches(match: Match, step: _Step) -> bool:
         if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
             return False
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
-            _contains_any(step.argument_text, facts.private_values)
+            facts.private_values.found_in(step.argument_text)
         ):
             return False
         if session.untrusted_data_in_arguments is not None and (
             session.untrusted_data_in_arguments
-            != _contains_any(step.argument_text, facts.untrusted_values)
+            != facts.untrusted_values.found_in(step.argument_text)
         ):
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.

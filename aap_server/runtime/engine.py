@@ -55,13 +55,16 @@ from aap_server.protocol import (
     UserMessage,
 )
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
+from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import HostedAgent
 from aap_server.runtime.steps import (
     StepFactory,
+    aos_agent,
     content_of_outputs,
     now_iso,
     parts_to_blocks,
     simplify,
+    tool_definition,
 )
 from aap_server.store import AuditDraft, Compaction, PendingToolCall, SessionStore, StepWrite
 
@@ -166,7 +169,8 @@ class TurnRun:
         hosted: HostedAgent,
         store: SessionStore,
         guardian: FailClosed,
-        steps: StepFactory,
+        turn_id: str,
+        principal: Principal,
         session_id: str,
         agent_config: AgentConfig,
         client_tools: list[ToolSpec] | None,
@@ -176,13 +180,11 @@ class TurnRun:
         state: dict[str, Any],
         messages: list[TurnMessage],
         emit: Callable[[EngineEvent], None],
-        tool_timeout_seconds: float | None = None,
     ) -> None:
         self.hosted = hosted
         self.agent = hosted.agent
         self.store = store
         self.guardian = guardian
-        self.steps = steps
         self.session_id = session_id
         self.agent_config = agent_config
         self.client_tools = client_tools
@@ -190,10 +192,19 @@ class TurnRun:
         self.pending = pending
         self.messages = messages
         self.emit = emit
-        self.tool_timeout_seconds = tool_timeout_seconds
         self.options = hosted.effective_options(agent_config)
         self.model_tools, self.trust = hosted.model_tools(agent_config.tools, client_tools)
         self.client_tool_names = frozenset(tool.name for tool in client_tools or [])
+        definitions = [
+            tool_definition(spec, "client" if spec.name in self.client_tool_names else "server")
+            for spec in self.model_tools
+        ]
+        self.steps = StepFactory(
+            agent=aos_agent(self.agent, definitions),
+            session_id=session_id,
+            turn_id=turn_id,
+            principal=principal,
+        )
         self.context = compacted
         self.state = TurnState(state)
         self.tool_context = _GuardedToolContext(self)
@@ -453,7 +464,7 @@ class TurnRun:
 
     async def _execute(self, call: PendingToolCall) -> tuple[Content, bool]:
         tool: ServerTool = self.hosted.tools_by_name[call.name]
-        timeout = self.tool_timeout_seconds or tool.timeout_seconds
+        timeout = tool.timeout_seconds
         try:
             async with asyncio.timeout(timeout):
                 return await tool.run(call.input, self.tool_context), False

@@ -36,7 +36,6 @@ from aap_server.runtime.errors import (
 from aap_server.runtime.events import EngineEvent
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import AgentRegistry, HostedAgent, redact_all
-from aap_server.runtime.steps import StepFactory, aos_agent, tool_definition
 from aap_server.runtime.validation import (
     validate_new_session,
     validate_overrides,
@@ -47,6 +46,13 @@ from aap_server.runtime.validation import (
 from aap_server.store import InvalidCursorError, SessionRecord, SessionStore, TurnSnapshot
 
 logger = logging.getLogger("aap_server.service")
+
+
+def _invalid_cursor() -> InvalidRequestError:
+    return InvalidRequestError(
+        "after: not a cursor this server issued; pass the `next` value of a previous page",
+        code="invalid_cursor",
+    )
 
 
 class Turn:
@@ -134,10 +140,7 @@ class AapService:
         try:
             page = await self.store.list_sessions(principal.owner, after, self.page_size)
         except InvalidCursorError as error:
-            raise InvalidRequestError(
-                "after: not a cursor this server issued; pass the `next` value of a previous page",
-                code="invalid_cursor",
-            ) from error
+            raise _invalid_cursor() from error
         return GetSessionsResponse(
             sessions=[self._info(record) for record in page.sessions], next=page.next
         )
@@ -175,10 +178,7 @@ class AapService:
         try:
             page = await self.store.load_audit(session_id, after, self.page_size)
         except InvalidCursorError as error:
-            raise InvalidRequestError(
-                "after: not a cursor this server issued; pass the `next` value of a previous page",
-                code="invalid_cursor",
-            ) from error
+            raise _invalid_cursor() from error
         return GetAuditResponse(records=page.records, next=page.next)
 
     async def history(
@@ -248,23 +248,12 @@ class AapService:
                 options={**(record.agent.options or {}), **(overrides.options or {})} or None,
             )
         client_tools = request.tools if request.tools is not None else record.tools
-        model_tools, _ = hosted.model_tools(agent_config.tools, client_tools)
-        client_names = {tool.name for tool in client_tools or []}
-        definitions = [
-            tool_definition(spec, "client" if spec.name in client_names else "server")
-            for spec in model_tools
-        ]
-        steps = StepFactory(
-            agent=aos_agent(hosted.agent, definitions),
-            session_id=record.session_id,
-            turn_id=turn.turn_id,
-            principal=principal,
-        )
         return TurnRun(
             hosted=hosted,
             store=self.store,
             guardian=self.guardian,
-            steps=steps,
+            turn_id=turn.turn_id,
+            principal=principal,
             session_id=record.session_id,
             agent_config=agent_config,
             client_tools=client_tools,

@@ -285,6 +285,17 @@ def _record(
     )
 
 
+def _decode_history(rows: Sequence[tuple[bytes]]) -> list[HistoryMessage]:
+    if not rows:
+        return []
+    # One decode call for the whole list is much faster than one per message.
+    return _HISTORY_DECODER.decode(b"[" + b",".join(row[0] for row in rows) + b"]")
+
+
+def _decode_state(rows: Sequence[tuple[str, bytes]]) -> dict[str, Any]:
+    return {key: _ANY_DECODER.decode(value) for key, value in rows}
+
+
 async def _call(
     db: aiosqlite.Connection, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], _T]
 ) -> _T:
@@ -413,10 +424,7 @@ class SqliteSessionStore(SessionStore):
         rows: list[tuple[bytes]] = await self._run(
             lambda conn: conn.execute(sql, (session_id,)).fetchall()
         )
-        if not rows:
-            return []
-        # One decode call for the whole list is much faster than one per message.
-        return _HISTORY_DECODER.decode(b"[" + b",".join(r[0] for r in rows) + b"]")
+        return _decode_history(rows)
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any]] | None:
@@ -432,8 +440,8 @@ class SqliteSessionStore(SessionStore):
         row, history, state = found
         return TurnSnapshot(
             record=_record(session_id, owner, *row),
-            compacted=_HISTORY_DECODER.decode(b"[" + b",".join(r[0] for r in history) + b"]"),
-            state={key: _ANY_DECODER.decode(value) for key, value in state},
+            compacted=_decode_history(history),
+            state=_decode_state(state),
         )
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
@@ -481,4 +489,4 @@ class SqliteSessionStore(SessionStore):
         rows: list[tuple[str, bytes]] = await self._run(
             lambda conn: conn.execute(_SELECT_STATE, (session_id,)).fetchall()
         )
-        return {key: _ANY_DECODER.decode(value) for key, value in rows}
+        return _decode_state(rows)
