@@ -65,6 +65,8 @@ def serve(args: argparse.Namespace) -> int:
         level="DEBUG" if level == "TRACE" else level,  # TRACE is uvicorn's, not logging's
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every request at INFO: one line per remote-guardian check is noise.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     if decision.message:
         logger.warning(decision.message)
 

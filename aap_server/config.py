@@ -9,6 +9,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -38,6 +39,40 @@ class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
         return [("user_id", self.user_id), ("org_id", self.org_id), ("key", "***")]
 
 
+class RemoteGuardianSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One remote AOS guardian, asked after the in-process policy (see guardian/chain.py)."""
+
+    url: str
+    # How verdicts and health name it; default `host:port` of the URL.
+    name: str = ""
+    timeout_seconds: float = 1.0
+    # Let steps through while it cannot answer (default: deny them, i.e. fail closed).
+    fail_open: bool = False
+    # Sent as `Authorization: Bearer`; never shown.
+    api_key: str = ""
+
+    def __post_init__(self) -> None:
+        parsed = urlsplit(self.url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError("url must be an http:// or https:// URL with a host")
+        if parsed.username or parsed.password:
+            raise ValueError("url must not carry credentials; use api_key")
+        if self.timeout_seconds <= 0:
+            raise ValueError("timeout_seconds must be positive")
+
+    def __repr__(self) -> str:  # never print the key itself
+        return (
+            f"RemoteGuardianSettings(url={self.url!r}, name={self.name!r}, "
+            f"timeout_seconds={self.timeout_seconds!r}, fail_open={self.fail_open!r}, "
+            f"api_key={'***' if self.api_key else ''!r})"
+        )
+
+    __str__ = __repr__
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return [("url", self.url), ("name", self.name), ("api_key", "***")]
+
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -61,6 +96,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     policy: str = ""
     # How often the policy file is checked for changes (it is also reloaded on SIGHUP).
     policy_poll_seconds: float = 2.0
+    # Remote AOS guardians asked after the in-process policy, in order.
+    guardians: list[RemoteGuardianSettings] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):
@@ -82,6 +119,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         keys = [api_key.key for api_key in self.api_keys]
         if len(set(keys)) != len(keys):
             raise ValueError("api_keys lists the same key twice")
+        names = [guardian.name for guardian in self.guardians if guardian.name]
+        if len(set(names)) != len(names):
+            raise ValueError("guardians names the same guardian twice")
 
 
 class ConfigError(ValueError):
@@ -108,6 +148,21 @@ def parse_api_keys(text: str, source: str) -> list[ApiKey]:
         except ValueError as error:
             raise ConfigError(f"{source}: entry {index + 1}: {error}") from error
     return keys
+
+
+def parse_guardians(text: str, source: str) -> list[dict[str, Any]]:
+    """`URL,URL2` (each fail-closed with the default timeout), or a JSON array of objects
+    with the `[[guardians]]` fields for anything more."""
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            entries = msgspec.json.decode(text)
+        except msgspec.DecodeError as error:
+            raise ConfigError(f"{source}: not valid JSON: {error}") from error
+        if not isinstance(entries, list):
+            raise ConfigError(f"{source}: expected a JSON array")
+        return entries
+    return [{"url": url.strip()} for url in text.split(",") if url.strip()]
 
 
 def load_settings(
@@ -137,6 +192,8 @@ def load_settings(
             value: Any = environ[variable]
             if name == "api_keys":
                 value = parse_api_keys(value, variable)
+            elif name == "guardians":
+                value = parse_guardians(value, variable)
             raw[name] = value
             source[name] = variable
     for name, value in (overrides or {}).items():
@@ -150,7 +207,7 @@ def load_settings(
         raise ConfigError(_describe(error, source)) from error
 
 
-_AT_FIELD = re.compile(r" - at `\$\.(\w+)")
+_AT_FIELD = re.compile(r" - at `\$\.(\w+)([^`]*)`")
 
 
 def _describe(error: ValueError, source: Mapping[str, str]) -> str:
@@ -159,7 +216,8 @@ def _describe(error: ValueError, source: Mapping[str, str]) -> str:
     at = _AT_FIELD.search(text)
     if at:
         field: str | None = at[1]
-        text = text[: at.start()]
+        # Inside a list or table, say where: `guardians[1].url: …`
+        text = f"{at[1]}{at[2]}: {text[: at.start()]}" if at[2] else text[: at.start()]
     else:  # our own checks start with the setting's name
         field = next((n for n in Settings.__struct_fields__ if text.startswith(n)), None)
     if field is None:

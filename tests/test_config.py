@@ -173,3 +173,63 @@ def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(AttributeError):
         settings.port = 1  # type: ignore[misc]
+
+
+# --- remote guardians ---------------------------------------------------------------------------
+
+
+def test_remote_guardians_from_the_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+[[guardians]]
+url = "https://dlp.internal/aos"
+name = "dlp"
+timeout_seconds = 0.5
+api_key = "{SECRET}"
+
+[[guardians]]
+url = "http://127.0.0.1:9000/aos"
+fail_open = true
+""",
+    )
+    first, second = load_settings(path, environ={}).guardians
+    assert (first.name, first.timeout_seconds, first.fail_open) == ("dlp", 0.5, False)
+    assert first.api_key == SECRET
+    assert (second.url, second.fail_open, second.timeout_seconds) == (
+        "http://127.0.0.1:9000/aos",
+        True,
+        1.0,
+    )
+    assert SECRET not in repr(load_settings(path, environ={}))
+
+
+def test_remote_guardians_from_the_environment_as_urls_or_json() -> None:
+    plain = load_settings(environ={"AAP_GUARDIANS": "http://a:1/aos, https://b/aos"})
+    assert [g.url for g in plain.guardians] == ["http://a:1/aos", "https://b/aos"]
+    assert not any(g.fail_open for g in plain.guardians)
+    detailed = load_settings(
+        environ={"AAP_GUARDIANS": '[{"url": "http://a/aos", "fail_open": true, "name": "a"}]'}
+    )
+    assert [(g.name, g.fail_open) for g in detailed.guardians] == [("a", True)]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("ftp://x/aos", "AAP_GUARDIANS: guardians[0]: url must be an http:// or https:// URL"),
+        ("http://user:pw@x/aos", "guardians[0]: url must not carry credentials"),
+        ('[{"url": "http://x", "timeout_seconds": 0}]', "timeout_seconds must be positive"),
+        ('[{"url": "http://x", "timeout": 1}]', "guardians[0]: Object contains unknown field"),
+        ("[not json", "AAP_GUARDIANS: not valid JSON"),
+        (
+            '[{"url": "http://x", "name": "a"}, {"url": "http://y", "name": "a"}]',
+            "guardians names the same guardian twice",
+        ),
+    ],
+)
+def test_bad_remote_guardian_settings_name_the_entry_and_field(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="AAP_GUARDIANS") as raised:
+        load_settings(environ={"AAP_GUARDIANS": value})
+    assert message in str(raised.value)
+    assert "pw" not in str(raised.value)

@@ -54,3 +54,23 @@ def test_readme_example_policy_is_a_valid_policy() -> None:
         "email-tool-gets-real-addresses",
         "ask-before-mailing-strangers",
     ]
+
+
+def _toml_blocks() -> list[str]:
+    return re.findall(r"```toml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_configuration_and_policy_examples_load(tmp_path: Path) -> None:
+    """Every TOML example is either a configuration file or a policy file, and loads."""
+    from aap_server.config import load_settings
+    from aap_server.guardian.policy import load_policy
+
+    blocks = _toml_blocks()
+    assert len(blocks) >= 3
+    for index, block in enumerate(blocks):
+        path = tmp_path / f"example{index}.toml"
+        path.write_text(block.replace("…", "x"), encoding="utf-8")
+        if "[[rules]]" in block:
+            assert load_policy(path).rules
+        else:
+            load_settings(path, environ={})

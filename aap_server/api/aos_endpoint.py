@@ -243,9 +243,7 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     guardian. The body is read raw and decoded here, so every problem with it is a JSON-RPC
     error (HTTP 200), never a 400."""
     state = request.app.state
-    dispatcher = AosDispatcher(
-        state.guardian, state.settings.guardian_timeout_seconds, state.version
-    )
+    dispatcher = AosDispatcher(state.guardian, state.guardian_budget_seconds, state.version)
     answer = await dispatcher.handle(await request.body())
     if answer is None:
         return Response(b"", status_code=HTTP_204_NO_CONTENT)

@@ -17,13 +17,16 @@ from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.errors import EXCEPTION_HANDLERS
+from aap_server.api.health import get_health
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import Settings
 from aap_server.guardian import Guardian
+from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
+from aap_server.guardian.remote import RemoteGuardian, default_name
 from aap_server.runtime import AapService, AgentRegistry
 from aap_server.store import SessionStore
 from aap_server.store.sqlite import SqliteSessionStore
@@ -36,6 +39,34 @@ def package_version() -> str:
         return version("aap-server")
     except PackageNotFoundError:  # running from a source tree that is not installed
         return "0.0.0"
+
+
+def with_remote_guardians(guardian: Guardian, settings: Settings) -> GuardianChain:
+    """`guardian` first, then each configured remote guardian in order."""
+    members = [ChainMember(guardian, "in-process", settings.guardian_timeout_seconds)]
+    for remote in settings.guardians:
+        name = remote.name or default_name(remote.url)
+        client = RemoteGuardian(
+            remote.url, name=name, timeout_seconds=remote.timeout_seconds, api_key=remote.api_key
+        )
+        members.append(ChainMember(client, name, remote.timeout_seconds, remote.fail_open))
+    return GuardianChain(members)
+
+
+async def log_guardian_health(guardian: Guardian) -> None:
+    """Ping every guardian at start: a remote that is down is loud in the log (fail-closed
+    ones deny every step until they answer), but the server still starts."""
+    for status in await guardian.health():
+        if status.ok:
+            logger.info("guardian %s: ok (%s)", status.name, status.detail or status.kind)
+        else:
+            outcome = "its steps are ALLOWED" if status.fail_open else "its steps are DENIED"
+            logger.warning(
+                "guardian %s is not answering (%s): until it does, %s",
+                status.name,
+                status.detail,
+                outcome,
+            )
 
 
 def create_app(
@@ -60,11 +91,15 @@ def create_app(
         if settings.policy:
             reloader = PolicyReloader(policy_guardian, settings.policy)
         guardian = policy_guardian
+    guardian_budget = settings.guardian_timeout_seconds
+    if settings.guardians:
+        chain = with_remote_guardians(guardian, settings)
+        guardian, guardian_budget = chain, chain.budget_seconds
     service = AapService(
         registry=AgentRegistry(agents),
         store=store,
         guardian=guardian,
-        guardian_timeout_seconds=settings.guardian_timeout_seconds,
+        guardian_timeout_seconds=guardian_budget,
         turn_timeout_seconds=settings.turn_timeout_seconds,
         page_size=settings.page_size,
     )
@@ -73,6 +108,8 @@ def create_app(
 
     async def open_store() -> None:
         await store.open()
+        if settings.guardians:
+            await log_guardian_health(guardian)
         if reloader is not None:
             watcher.append(asyncio.create_task(reloader.watch(settings.policy_poll_seconds)))
             with contextlib.suppress(NotImplementedError, RuntimeError):  # not on every platform
@@ -87,10 +124,11 @@ def create_app(
             task.cancel()
         await service.shutdown(settings.shutdown_grace_seconds)
         await store.close()
+        await guardian.close()
 
     app_version = package_version()
     return Litestar(
-        route_handlers=[get_meta, SessionsController, post_aos],
+        route_handlers=[get_meta, get_health, SessionsController, post_aos],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
@@ -101,6 +139,7 @@ def create_app(
                 "settings": settings,
                 "service": service,
                 "guardian": guardian,  # unwrapped; each caller wraps it in FailClosed
+                "guardian_budget_seconds": guardian_budget,  # ... with this timeout
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }

@@ -199,6 +199,9 @@ _ERROR_HEADERS: dict[int, dict[str, Any]] = {
 }
 
 
+_ERROR_REF = "#/components/schemas/ErrorResponse"
+
+
 def _complete_errors(document: dict[str, Any]) -> None:
     """Every error response has our body (`ErrorResponse`), including the 400 Litestar adds
     on its own with its own shape, and the headers that come with it."""
@@ -210,9 +213,10 @@ def _complete_errors(document: dict[str, Any]) -> None:
                 if not status.isdigit() or int(status) < 400:
                     continue
                 code = int(status)
-                response["content"] = {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
-                }
+                schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+                if schema.get("$ref", _ERROR_REF) != _ERROR_REF:
+                    continue  # a body of the route's own (GET /health's 503)
+                response["content"] = {"application/json": {"schema": {"$ref": _ERROR_REF}}}
                 if code in _ERROR_DESCRIPTIONS:
                     response["description"] = _ERROR_DESCRIPTIONS[code]
                 if code in _ERROR_HEADERS:
@@ -228,10 +232,11 @@ def finalize_openapi(document: dict[str, Any]) -> dict[str, Any]:
     schemas.pop("Wire", None)  # the wire types' common base, not a body of its own
     _complete_errors(document)
     _complete_aos(document, schemas)
-    meta = document.get("paths", {}).get("/meta", {}).get("get")
-    if meta is not None:
-        # Public by default (`public_meta`); a key is accepted, and required when it is off.
-        meta["security"] = [{}, {"bearer": []}]
+    for public_path in ("/meta", "/health"):
+        operation = document.get("paths", {}).get(public_path, {}).get("get")
+        if operation is not None:
+            # Public by default (`public_meta`); a key is accepted, and required when it is off.
+            operation["security"] = [{}, {"bearer": []}]
     components.setdefault("securitySchemes", {})["bearer"] = {
         "type": "http",
         "scheme": "bearer",

@@ -4,9 +4,20 @@ from aap_server.guardian.base import (
     AllowAll,
     FailClosed,
     Guardian,
+    GuardianStatus,
+    GuardianUnavailable,
     HoldMessage,
     PassThrough,
     TextScreen,
 )
 
-__all__ = ["AllowAll", "FailClosed", "Guardian", "HoldMessage", "PassThrough", "TextScreen"]
+__all__ = [
+    "AllowAll",
+    "FailClosed",
+    "Guardian",
+    "GuardianStatus",
+    "GuardianUnavailable",
+    "HoldMessage",
+    "PassThrough",
+    "TextScreen",
+]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from typing import Literal
+
+import msgspec
 
 from aap_server.aos import AosRequest, AosSuccessResult
 
@@ -49,6 +52,27 @@ class PassThrough(TextScreen):
         return ""
 
 
+class GuardianStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One guardian's health, as `GET /health` shows it (names only: never a URL or key)."""
+
+    name: str
+    kind: Literal["in-process", "remote"]
+    ok: bool
+    # A remote that fails open lets steps through while it is down (see GuardianChain).
+    fail_open: bool = False
+    latency_ms: float | None = None
+    detail: str | None = None
+
+
+class GuardianUnavailable(Exception):
+    """A guardian could not give a verdict; `reason_code` says why (e.g. `guardian.unreachable`).
+    The message is safe to show: it names the guardian, never its URL or key."""
+
+    def __init__(self, reason_code: str, message: str) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
+
+
 class Guardian(abc.ABC):
     """Checks one AOS 0.1 request object and returns the verdict (`allow`/`deny`/`modify`)."""
 
@@ -60,6 +84,13 @@ class Guardian(abc.ABC):
         """How agent text deltas are released ahead of the message check. The default holds
         each message whole; a guardian that can judge partial text releases it sooner."""
         return HoldMessage()
+
+    async def health(self) -> list[GuardianStatus]:
+        """Whether this guardian (and any it is made of) can give verdicts now."""
+        return [GuardianStatus(name="in-process", kind="in-process", ok=True)]
+
+    async def close(self) -> None:  # noqa: B027 - most guardians hold nothing to release
+        """Release connections; called once at shutdown."""
 
 
 class AllowAll(Guardian):
@@ -93,26 +124,45 @@ class FailClosed:
             return HoldMessage()
 
     async def check(self, request: AosRequest) -> AosSuccessResult:
-        try:
-            async with asyncio.timeout(self.timeout_seconds):
-                verdict = await self.guardian.check(request)
-        except TimeoutError:
-            return _denied("guardian.timeout", "guardian did not answer in time")
-        except Exception:
-            logger.exception("guardian check failed for %s", request.method)
-            return _denied("guardian.error", "guardian failed")
-        if not isinstance(verdict, AosSuccessResult):
-            return _denied("guardian.malformed", "guardian returned a malformed verdict")
-        if verdict.decision == "modify" and verdict.modified_request is None:
-            return _denied("guardian.malformed", "modify verdict without modifiedRequest")
-        if verdict.modified_request is not None and verdict.modified_request.method != (
-            request.method
-        ):
-            return _denied("guardian.malformed", "modifiedRequest changes the method")
+        verdict = await checked(self.guardian, request, self.timeout_seconds)
+        if isinstance(verdict, GuardianUnavailable):
+            return failure_verdict("deny", verdict)
         return verdict
 
 
-def _denied(code: str, message: str) -> AosSuccessResult:
+async def checked(
+    guardian: Guardian, request: AosRequest, timeout_seconds: float
+) -> AosSuccessResult | GuardianUnavailable:
+    """The guardian's verdict, or why there is none: it raised, did not answer within
+    `timeout_seconds`, or answered something that is not a usable verdict."""
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            verdict = await guardian.check(request)
+    except TimeoutError:
+        return GuardianUnavailable("guardian.timeout", "guardian did not answer in time")
+    except GuardianUnavailable as unavailable:
+        return unavailable
+    except Exception:
+        logger.exception("guardian check failed for %s", request.method)
+        return GuardianUnavailable("guardian.error", "guardian failed")
+    if not isinstance(verdict, AosSuccessResult):
+        return GuardianUnavailable("guardian.malformed", "guardian returned a malformed verdict")
+    if verdict.decision == "modify" and verdict.modified_request is None:
+        return GuardianUnavailable("guardian.malformed", "modify verdict without modifiedRequest")
+    if verdict.modified_request is not None and verdict.modified_request.method != (request.method):
+        return GuardianUnavailable("guardian.malformed", "modifiedRequest changes the method")
+    return verdict
+
+
+def failure_verdict(
+    decision: Literal["allow", "deny"], failure: GuardianUnavailable, rule_id: str | None = None
+) -> AosSuccessResult:
+    """The verdict standing in for one a guardian could not give: `deny` (fail closed) or,
+    for a guardian configured to fail open, `allow` — either way naming why."""
+    code = failure.reason_code
     return AosSuccessResult(
-        decision="deny", message=message, reason_code=[code], data={"ruleId": code}
+        decision=decision,
+        message=str(failure),
+        reason_code=[code],
+        data={"ruleId": rule_id or code},
     )

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aap_server import aos
-from aap_server.guardian.base import Guardian, TextScreen
+from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen
 from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
 from aap_server.guardian.policy import (
@@ -226,6 +226,11 @@ class PolicyGuardian(Guardian):
 
     def text_screen(self) -> TextScreen:
         return WindowScreen()
+
+    async def health(self) -> list[GuardianStatus]:
+        policy = self.policy
+        detail = f"policy sha256 {policy.hash[:12]}, {policy.mode} mode"
+        return [GuardianStatus(name="in-process", kind="in-process", ok=True, detail=detail)]
 
     def replace_policy(self, policy: Policy) -> None:
         """Swap the policy (reload): checks in flight finish under the one they started with."""

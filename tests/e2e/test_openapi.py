@@ -77,8 +77,12 @@ async def test_every_endpoint_is_documented_with_its_bodies(
 
 def test_paths_are_exactly_the_aap_endpoints(served: dict[str, Any]) -> None:
     documented = {(m, p) for p, ops in served["paths"].items() for m in ops if m != "parameters"}
-    # The AAP endpoints, and the AOS guardian endpoint (tests/e2e/test_aos_endpoint.py).
-    assert documented == {(method, path) for method, path, *_ in ENDPOINTS} | {("post", "/aos")}
+    # The AAP endpoints, the AOS guardian endpoint (tests/e2e/test_aos_endpoint.py) and the
+    # health check (tests/e2e/test_remote_guardian.py).
+    assert documented == {(method, path) for method, path, *_ in ENDPOINTS} | {
+        ("post", "/aos"),
+        ("get", "/health"),
+    }
 
 
 # AAP response.md: the turn answers JSON for `none` and an event stream for delta/message.
@@ -114,6 +118,8 @@ def test_every_error_response_has_our_error_body(served: dict[str, Any]) -> None
     for path, operations in served["paths"].items():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
+                if (path, status) == ("/health", "503"):
+                    continue  # the health report itself (test below)
                 if int(status) >= 400:
                     seen_statuses.add(int(status))
                     schema = response["content"]["application/json"]["schema"]
@@ -144,8 +150,9 @@ def test_bearer_security_scheme_is_documented(served: dict[str, Any]) -> None:
     for method, path, *_ in ENDPOINTS:
         security = served["paths"][path][method]["security"]
         assert {"bearer": []} in security
-    # /meta: an empty requirement marks the key as optional.
+    # /meta and /health: an empty requirement marks the key as optional.
     assert {} in served["paths"]["/meta"]["get"]["security"]
+    assert {} in served["paths"]["/health"]["get"]["security"]
 
 
 # AAP schema.md: tagged unions carry their discriminator (Litestar alone would omit it).
@@ -186,3 +193,12 @@ async def test_committed_document_matches_the_app(served: dict[str, Any], tmp_pa
     exported = json.loads(exported_path.read_text(encoding="utf-8"))
     assert exported == served, "`aap-server openapi` and GET /schema/openapi.json differ"
     assert committed == exported, regenerate
+
+
+# GET /health answers its own body on 200 and on 503 (a fail-closed guardian is down).
+def test_health_documents_its_body_for_ok_and_failing(served: dict[str, Any]) -> None:
+    responses = served["paths"]["/health"]["get"]["responses"]
+    for status in ("200", "503"):
+        assert responses[status]["content"]["application/json"]["schema"] == ref("HealthResponse")
+    fields = served["components"]["schemas"]["GuardianStatus"]["properties"]
+    assert {"name", "kind", "ok", "failOpen", "latencyMs", "detail"} <= set(fields)
