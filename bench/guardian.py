@@ -3,7 +3,9 @@
 For three typical steps (a 1 KB user message, a tool call with arguments, a 4 KB tool result)
 it prints the median and p99 of one `check`, and the ratio to a bare `msgspec.json.decode` of
 the same request measured in the same run. Then it runs demo-agent turns in-process (SQLite
-on a temp file) and prints the share of the turn's time spent in guardian checks.
+on a temp file) and prints the share of the turn's time spent in guardian checks. Last, it
+starts a second aap-server process on loopback and prints what asking it as a remote guardian
+(after the in-process policy) adds to each step.
 
     python bench/guardian.py
 """
@@ -11,17 +13,24 @@ on a temp file) and prints the share of the turn's time spent in guardian checks
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import msgspec
 
 from aap_server import aos
 from aap_server.guardian import Guardian
+from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.guardian.remote import RemoteGuardian
 from aap_server.protocol import (
     AgentConfig,
     PostSessionsRequest,
@@ -45,11 +54,14 @@ def prose(size: int) -> str:
     return text[:size]
 
 
-def requests() -> dict[str, aos.AosRequest]:
+def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
+    """The three steps as sample `sample` sends them: each sample is its own turn, and 200
+    samples share a session, so the per-turn and per-session tool call limits of the default
+    policy never trip (the benchmark measures allowed steps, not the deny path)."""
     steps = StepFactory(
         agent=aos_agent(DEMO, []),
-        session_id="sess_bench",
-        turn_id="turn_bench",
+        session_id=f"sess_bench_{sample // 200}",
+        turn_id=f"turn_bench_{sample}",
         principal=Principal(user_id="bench", org_id="bench"),
     )
     return {
@@ -63,20 +75,26 @@ def requests() -> dict[str, aos.AosRequest]:
     }
 
 
+def samples_of(count: int) -> dict[str, list[aos.AosRequest]]:
+    built = [requests(sample) for sample in range(count)]
+    return {name: [each[name] for each in built] for name in built[0]}
+
+
 async def per_step(samples: int = 3000) -> None:
     guardian = PolicyGuardian(default_policy())
     print(f"per-step check, default policy, {samples} samples each")
     print(f"{'step':<26} {'median':>10} {'p99':>10} {'decode':>10} {'ratio':>7}")
-    for name, request in requests().items():
-        encoded = msgspec.json.encode(request)
+    for name, each in samples_of(samples).items():
         decode_times, check_times = [], []
-        for _ in range(samples):
+        for request in each:
+            encoded = msgspec.json.encode(request)
             start = time.perf_counter_ns()
             msgspec.json.decode(encoded, type=aos.AosRequest)
             decode_times.append(time.perf_counter_ns() - start)
             start = time.perf_counter_ns()
-            await guardian.check(request)
+            verdict = await guardian.check(request)
             check_times.append(time.perf_counter_ns() - start)
+            assert verdict.decision == "allow", verdict
         median = statistics.median(check_times) / 1000
         decode = statistics.median(decode_times) / 1000
         p99 = statistics.quantiles(check_times, n=100)[98] / 1000
@@ -121,6 +139,63 @@ async def share_of_turn(turns: int = 1500) -> None:
     )
 
 
+def start_remote(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "AAP_PORT": str(port),
+        "AAP_DB": str(Path(workdir) / "remote.db"),
+        "AAP_LOG_LEVEL": "warning",
+    }
+    process = subprocess.Popen([sys.executable, "-m", "aap_server.cli", "serve"], env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{base}/health", timeout=1)
+            return process, f"{base}/aos"
+        except httpx.TransportError:
+            time.sleep(0.05)
+    process.terminate()
+    raise RuntimeError("the remote aap-server did not start")
+
+
+async def with_remote(samples: int = 1000) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        process, url = start_remote(tmp)
+        try:
+            local = PolicyGuardian(default_policy())
+            remote = RemoteGuardian(url, name="remote", timeout_seconds=2.0)
+            chain = GuardianChain(
+                [ChainMember(local, "in-process", 2.0), ChainMember(remote, "remote", 2.0)]
+            )
+            print(f"\nremote guardian (aap-server /aos on loopback), {samples} samples each")
+            print(f"{'step':<26} {'in-process':>11} {'+ remote':>10} {'p99':>10}")
+            for name, each in samples_of(samples).items():
+                for request in each[:50]:  # warm the connection pool and the remote
+                    await chain.check(request)
+                local_times, chain_times = [], []
+                for request in each:
+                    start = time.perf_counter_ns()
+                    await local.check(request)
+                    local_times.append(time.perf_counter_ns() - start)
+                    start = time.perf_counter_ns()
+                    verdict = await chain.check(request)
+                    chain_times.append(time.perf_counter_ns() - start)
+                    assert verdict.decision == "allow", verdict
+                local_median = statistics.median(local_times) / 1000
+                median = statistics.median(chain_times) / 1000
+                p99 = statistics.quantiles(chain_times, n=100)[98] / 1000
+                print(f"{name:<26} {local_median:9.1f}µs {median:8.0f}µs {p99:8.0f}µs")
+            await chain.close()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
 if __name__ == "__main__":
     asyncio.run(per_step())
     asyncio.run(share_of_turn())
+    asyncio.run(with_remote())
