@@ -19,6 +19,9 @@ Decisions (see also the route's OpenAPI description):
 - Notifications (no `id`) are validated only as far as the envelope (an invalid envelope gets a
   -32600 reply with `"id": null`, as JSON-RPC's own examples show) and are not sent to the
   guardian: nobody could receive the verdict.
+- Session memory (call counts, taint, placeholders) of `POST /aos` checks is kept apart per
+  caller (see `CheckScope`): an external agent naming a hosted session's id in its context
+  neither reads nor changes that session's memory, nor another caller's.
 - `ping` is answered by the server itself (`status: "connected"`, the package version, the UTC
   time): the endpoint is up and the in-process guardian cannot be "disconnected".
 - A batch is answered in request order; its entries are checked concurrently, at most
@@ -56,9 +59,9 @@ from aap_server.aos import (
     PingResponse,
     PingResult,
 )
-from aap_server.api.auth import require_principal
+from aap_server.api.auth import provide_principal, require_principal
 from aap_server.api.openapi import AOS_PATH, ERROR_RESPONSES
-from aap_server.guardian import FailClosed, Guardian
+from aap_server.guardian import CheckScope, FailClosed, Guardian, check_scope
 
 logger = logging.getLogger("aap_server.api.aos")
 
@@ -134,11 +137,21 @@ class AosDispatcher:
     """JSON-RPC 2.0 over one guardian: raw request body in, raw response body out (or `None`
     when nothing is to be answered). Knows nothing of HTTP."""
 
-    def __init__(self, guardian: Guardian, timeout_seconds: float, version: str) -> None:
+    def __init__(
+        self, guardian: Guardian, timeout_seconds: float, version: str, namespace: str
+    ) -> None:
         self.guardian = FailClosed(guardian, timeout_seconds)
         self.version = version
+        self.scope = CheckScope(namespace=namespace)
 
     async def handle(self, body: bytes) -> bytes | None:
+        token = check_scope.set(self.scope)  # batch entries' tasks inherit it
+        try:
+            return await self._handle(body)
+        finally:
+            check_scope.reset(token)
+
+    async def _handle(self, body: bytes) -> bytes | None:
         try:  # fast path: one well-formed request, decoded straight into its type
             _envelope_decoder.decode(body)
             request = _request_decoder.decode(body)
@@ -243,7 +256,10 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     guardian. The body is read raw and decoded here, so every problem with it is a JSON-RPC
     error (HTTP 200), never a 400."""
     state = request.app.state
-    dispatcher = AosDispatcher(state.guardian, state.guardian_budget_seconds, state.version)
+    principal = await provide_principal(request)
+    dispatcher = AosDispatcher(
+        state.guardian, state.guardian_budget_seconds, state.version, f"aos:{principal.owner}"
+    )
     answer = await dispatcher.handle(await request.body())
     if answer is None:
         return Response(b"", status_code=HTTP_204_NO_CONTENT)

@@ -2,6 +2,7 @@
 
 from aap_server.guardian.base import (
     AllowAll,
+    CheckScope,
     FailClosed,
     Guardian,
     GuardianStatus,
@@ -9,10 +10,12 @@ from aap_server.guardian.base import (
     HoldMessage,
     PassThrough,
     TextScreen,
+    check_scope,
 )
 
 __all__ = [
     "AllowAll",
+    "CheckScope",
     "FailClosed",
     "Guardian",
     "GuardianStatus",
@@ -20,4 +23,5 @@ __all__ = [
     "HoldMessage",
     "PassThrough",
     "TextScreen",
+    "check_scope",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -73,6 +75,23 @@ class GuardianUnavailable(Exception):
         self.reason_code = reason_code
 
 
+@dataclass(frozen=True, slots=True)
+class CheckScope:
+    """Whose session memory a check reads and writes. A step names its session in
+    `params.context`, except MCP and A2A messages, whose params have no context: for those the
+    caller's `session_id` says. `namespace` keeps callers apart: each `POST /aos` caller gets
+    its own, so no external agent can read or poison the memory of a hosted session."""
+
+    namespace: str = ""
+    session_id: str | None = None
+
+
+check_scope: ContextVar[CheckScope] = ContextVar(
+    "aap_guardian_check_scope",
+    default=CheckScope(),  # noqa: B039 - frozen, so sharing the default is safe
+)
+
+
 class Guardian(abc.ABC):
     """Checks one AOS 0.1 request object and returns the verdict (`allow`/`deny`/`modify`)."""
 
@@ -91,6 +110,14 @@ class Guardian(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - most guardians hold nothing to release
         """Release connections; called once at shutdown."""
+
+    def export_session(self, session_id: str) -> bytes | None:
+        """What this guardian remembers of a hosted session, if it changed since the last
+        export: the runtime stores it with the step's write, so a restart forgets nothing."""
+        return None
+
+    def import_session(self, session_id: str, memory: bytes) -> None:  # noqa: B027
+        """Take back an export (at the start of a turn); ignored if the session is in memory."""
 
 
 class AllowAll(Guardian):
@@ -128,6 +155,19 @@ class FailClosed:
         if isinstance(verdict, GuardianUnavailable):
             return failure_verdict("deny", verdict)
         return verdict
+
+    def export_session(self, session_id: str) -> bytes | None:
+        try:
+            return self.guardian.export_session(session_id)
+        except Exception:  # losing memory must not lose the step's write
+            logger.exception("guardian could not export session %s", session_id)
+            return None
+
+    def import_session(self, session_id: str, memory: bytes) -> None:
+        try:
+            self.guardian.import_session(session_id, memory)
+        except Exception:  # e.g. written by a version that remembered differently
+            logger.exception("guardian could not import session %s; starting afresh", session_id)
 
 
 async def checked(

@@ -106,6 +106,13 @@ class GuardianChain(Guardian):
         for member in self.members:
             await member.guardian.close()
 
+    # Remote guardians keep their own memory; only the in-process one's is stored here.
+    def export_session(self, session_id: str) -> bytes | None:
+        return self.members[0].guardian.export_session(session_id)
+
+    def import_session(self, session_id: str, memory: bytes) -> None:
+        self.members[0].guardian.import_session(session_id, memory)
+
 
 def _with_data(
     verdict: AosSuccessResult,

@@ -1,9 +1,11 @@
 """The in-process policy guardian: deterministic rules over detectors and session facts.
 
-Per session it remembers (in memory, per process) what policy rules ask about: how many tool
-calls were made, whether untrusted content came in, which private values were seen (so they
-can be recognised leaving in a tool's arguments, also base64-, URL- or hex-encoded), and the
-placeholders it handed out, so the same value always gets the same `<EMAIL_1>`.
+Per session it remembers what policy rules ask about: how many tool calls were made, whether
+untrusted content came in, which private values were seen (so they can be recognised leaving
+in a tool's arguments, also base64-, URL- or hex-encoded), and the placeholders it handed out,
+so the same value always gets the same `<EMAIL_1>`. The memory lives in this process and is
+exported to the runtime after it changes (stored with the session), so a restart or an
+eviction forgets nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import fnmatch
 import re
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from aap_server import aos
-from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen
+from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
 from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
 from aap_server.guardian.policy import (
@@ -39,10 +43,29 @@ MAX_SESSIONS = 10_000
 MAX_TRACKED_VALUES = 512
 
 
+class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """`SessionFacts` as stored (values only: encodings are recomputed on import)."""
+
+    turn_id: str | None
+    calls_in_turn: int
+    calls_in_session: int
+    calls_by_tool: dict[str, int]
+    untrusted_seen: bool
+    untrusted_values: list[str]
+    private_values: list[str]
+    originals: dict[str, tuple[str, str]]  # placeholder -> (detector, value)
+    counters: dict[str, int]
+
+
+_memory_encoder = msgspec.json.Encoder()
+_memory_decoder = msgspec.json.Decoder(SessionMemory)
+
+
 class SessionFacts:
     """What the guardian has seen of one session."""
 
     def __init__(self) -> None:
+        self.changed = False  # since the last export
         self.turn_id: str | None = None
         self.calls_in_turn = 0
         self.calls_in_session = 0
@@ -63,7 +86,40 @@ class SessionFacts:
         placeholder = f"<{kind}_{self.counters[kind]}>"
         self.placeholders[finding.value] = placeholder
         self.originals[placeholder] = (finding.detector, finding.value)
+        self.changed = True
         return placeholder
+
+    def export(self) -> bytes:
+        self.changed = False
+        return _memory_encoder.encode(
+            SessionMemory(
+                turn_id=self.turn_id,
+                calls_in_turn=self.calls_in_turn,
+                calls_in_session=self.calls_in_session,
+                calls_by_tool=self.calls_by_tool,
+                untrusted_seen=self.untrusted_seen,
+                untrusted_values=self.untrusted_values.values(),
+                private_values=self.private_values.values(),
+                originals=self.originals,
+                counters=self.counters,
+            )
+        )
+
+    @classmethod
+    def from_export(cls, memory: bytes) -> SessionFacts:
+        stored = _memory_decoder.decode(memory)
+        facts = cls()
+        facts.turn_id = stored.turn_id
+        facts.calls_in_turn = stored.calls_in_turn
+        facts.calls_in_session = stored.calls_in_session
+        facts.calls_by_tool = dict(stored.calls_by_tool)
+        facts.untrusted_seen = stored.untrusted_seen
+        facts.untrusted_values.update(stored.untrusted_values)
+        facts.private_values.update(stored.private_values)
+        facts.originals = {p: (d, v) for p, (d, v) in stored.originals.items()}
+        facts.placeholders = {value: p for p, (_, value) in facts.originals.items()}
+        facts.counters = dict(stored.counters)
+        return facts
 
 
 def _encodings(value: str) -> tuple[str, ...]:
@@ -99,9 +155,13 @@ class TrackedValues:
         if len(self._forms) > self.limit:
             self._forms.popitem(last=False)
 
-    def update(self, values: set[str]) -> None:
+    def update(self, values: Iterable[str]) -> None:
         for value in values:
             self.add(value)
+
+    def values(self) -> list[str]:
+        """Oldest first, so that adding them back in order keeps the same ones."""
+        return list(self._forms)
 
     def found_in(self, haystack: str) -> bool:
         if not self._forms or not haystack:
@@ -222,7 +282,8 @@ class PolicyGuardian(Guardian):
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._sessions: OrderedDict[str, SessionFacts] = OrderedDict()
+        # (namespace, session id) -> facts; see `CheckScope`.
+        self._sessions: OrderedDict[tuple[str, str], SessionFacts] = OrderedDict()
 
     def text_screen(self) -> TextScreen:
         return WindowScreen()
@@ -236,25 +297,39 @@ class PolicyGuardian(Guardian):
         """Swap the policy (reload): checks in flight finish under the one they started with."""
         self.policy = policy
 
-    def _facts(self, session_id: str | None) -> SessionFacts:
-        key = session_id or ""
+    def _facts(self, key: tuple[str, str]) -> SessionFacts:
         facts = self._sessions.get(key)
         if facts is None:
-            facts = self._sessions[key] = SessionFacts()
-            if len(self._sessions) > MAX_SESSIONS:
-                self._sessions.popitem(last=False)
+            facts = self._remember(key, SessionFacts())
         else:
             self._sessions.move_to_end(key)
         return facts
 
+    def _remember(self, key: tuple[str, str], facts: SessionFacts) -> SessionFacts:
+        self._sessions[key] = facts
+        if len(self._sessions) > MAX_SESSIONS:
+            self._sessions.popitem(last=False)  # hosted sessions' memory is stored: no loss
+        return facts
+
+    def export_session(self, session_id: str) -> bytes | None:
+        facts = self._sessions.get(("", session_id))
+        return facts.export() if facts is not None and facts.changed else None
+
+    def import_session(self, session_id: str, memory: bytes) -> None:
+        if ("", session_id) not in self._sessions:
+            self._remember(("", session_id), SessionFacts.from_export(memory))
+
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         policy = self.policy
-        view_session = getattr(getattr(request.params, "context", None), "session", None)
-        facts = self._facts(view_session.id if view_session else None)
+        scope = check_scope.get()
+        named = getattr(getattr(request.params, "context", None), "session", None)
+        session_id = named.id if named is not None else scope.session_id
+        facts = self._facts((scope.namespace, session_id or ""))
         step = _Step(request, facts, policy)
         if step.view.turn_id is not None and step.view.turn_id != facts.turn_id:
             facts.turn_id = step.view.turn_id
             facts.calls_in_turn = 0
+            facts.changed = True
 
         matching = [r for r in policy.rules if r.enabled and _matches(r.match, step)]
         verdict = self._decide(step, matching)
@@ -322,10 +397,12 @@ class PolicyGuardian(Guardian):
         if verdict.decision == "deny":
             return
         if view.method == "steps/toolCallRequest" and view.tool is not None:
+            facts.changed = True
             facts.calls_in_turn += 1
             facts.calls_in_session += 1
             facts.calls_by_tool[view.tool] = facts.calls_by_tool.get(view.tool, 0) + 1
         if view.method in UNTRUSTED_METHODS:
+            facts.changed = True
             facts.untrusted_seen = True
             for text in view.texts:
                 facts.untrusted_values.update(_salient_lines(text))
@@ -342,6 +419,8 @@ class PolicyGuardian(Guardian):
             for text in view.texts:
                 if "confidential" in text.lower():
                     facts.private_values.update(_salient_lines(text))
+        if view.method == "steps/memoryContextRetrieval" and step.findings:
+            facts.changed = True
 
 
 def _redactor(modify: Modify, facts: SessionFacts) -> Callable[[str], str]:

@@ -18,10 +18,25 @@ import msgspec
 import pytest
 
 from aap_server import aos
+from aap_server.agent import KnowledgeItem
+from aap_server.api import create_app
 from aap_server.config import Settings
+from aap_server.guardian.policy import default_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.runtime.principal import Principal
+from aap_server.runtime.steps import StepFactory, aos_agent
+from agents.demo import AGENT as DEMO
 from tests.aos.samples import A2A_MESSAGE_SEND, MCP_TOOLS_CALL, sample_requests, step_context
 from tests.aos.schema_helper import PATCHED
-from tests.conftest import KEYS, Harness, ScriptedGuardian, assert_error, harness
+from tests.conftest import (
+    KEYS,
+    Harness,
+    ScriptedGuardian,
+    assert_error,
+    demo_agents,
+    harness,
+    serve,
+)
 
 SAMPLES = sample_requests()
 STEP_METHODS = [method for method in aos.AOS_METHODS if method != "ping"]
@@ -475,3 +490,39 @@ async def test_request_without_json_content_type_is_still_answered(h: Harness) -
         "/aos", content=json.dumps(step(3)).encode(), headers={"Content-Type": "text/plain"}
     )
     assert json_rpc(response)["result"]["decision"] == "allow"
+
+
+# --- session memory is kept apart per caller ----------------------------------------------------
+
+
+# A caller's AOS steps build up session memory (taint, counts) under its own name only: the
+# same session id from another API key, or a hosted session of that id, starts clean.
+async def test_session_memory_is_kept_apart_per_caller(tmp_path: Path) -> None:
+    steps = StepFactory(
+        agent=aos_agent(DEMO, []),
+        session_id="sess_shared",
+        turn_id="turn_1",
+        principal=Principal(user_id="alice", org_id="acme"),
+    )
+    note = "CONFIDENTIAL payroll: Alice Martin earns 182,000 EUR per year"
+    read = steps.knowledge_retrieval("payroll", None, [KnowledgeItem(id="n", content=note)])
+    send = steps.tool_call_request(
+        "c1", "send_email", {"to": "x@example.com", "subject": "fyi", "body": note}
+    )
+    settings = Settings(db=str(tmp_path / "x.db"), api_keys=KEYS)
+    app = create_app(settings, demo_agents(), guardian=PolicyGuardian(default_policy()))
+    async with serve(app) as base:
+
+        async def decide(key: str, request: aos.AosRequest) -> str:
+            async with httpx.AsyncClient(base_url=base) as client:
+                response = await client.post(
+                    "/aos",
+                    content=msgspec.json.encode(request),
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+            decision: str = json_rpc(response)["result"]["decision"]
+            return decision
+
+        assert await decide("key-alice", read) == "allow"
+        assert await decide("key-alice", send) == "deny"  # her own session memory
+        assert await decide("key-bob", send) == "allow"  # Bob's "sess_shared" saw nothing

@@ -1,0 +1,92 @@
+"""The policy guardian's per-session memory: bound to the right session (also for MCP and A2A
+messages, whose AOS params carry no context), kept apart per `POST /aos` caller, and exported
+so that a restart or an eviction forgets no taint, count or placeholder."""
+
+from __future__ import annotations
+
+from aap_server import aos
+from aap_server.guardian import CheckScope, check_scope
+from aap_server.guardian.policy import default_policy, parse_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
+from tests.guardian.test_policy import PLACEHOLDERS, confidential_note, steps, text_of
+
+NOTE = confidential_note()[0].content
+
+
+def leak(session: str = "sess_1", turn: str = "turn_2", body: str = NOTE) -> aos.AosRequest:
+    return steps(session, turn).tool_call_request(
+        "c9", "send_email", {"to": "x@example.com", "subject": "fyi", "body": body}
+    )
+
+
+async def test_memory_survives_a_restart_through_its_export() -> None:
+    before = PolicyGuardian(default_policy())
+    await before.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
+    memory = before.export_session("sess_1")
+    assert memory is not None
+    assert before.export_session("sess_1") is None  # nothing changed since
+
+    after = PolicyGuardian(default_policy())  # a new process
+    after.import_session("sess_1", memory)
+    verdict = await after.check(leak())
+    assert verdict.decision == "deny"
+    assert verdict.data is not None
+    assert verdict.data["ruleId"] == "no-exfiltration-after-untrusted-content"
+
+
+async def test_placeholders_and_counts_survive_too() -> None:
+    text = PLACEHOLDERS
+    before = PolicyGuardian(parse_policy(text.encode()))
+    await before.check(steps().message("user", "write to bob@example.com"))
+    memory = before.export_session("sess_1")
+    assert memory is not None
+
+    after = PolicyGuardian(parse_policy(text.encode()))
+    after.import_session("sess_1", memory)
+    again = await after.check(steps().message("user", "carol@example.com, bob@example.com"))
+    assert text_of(again.modified_request) == "<EMAIL_2>, <EMAIL_1>"
+
+
+async def test_an_import_never_overwrites_what_is_in_memory() -> None:
+    guardian = PolicyGuardian(default_policy())
+    fresh = PolicyGuardian(default_policy())
+    await fresh.check(steps().message("user", "hello"))
+    stale = fresh.export_session("sess_1")
+    assert stale is not None
+    await guardian.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
+    guardian.import_session("sess_1", stale)
+    assert (await guardian.check(leak())).decision == "deny"
+
+
+async def test_inbound_mcp_taints_the_session_the_caller_names() -> None:
+    guardian = PolicyGuardian(default_policy())
+    found = "Owner: jane.doe@corp-mail.net"
+    inbound = steps().mcp(
+        {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": found}]}},
+        "in",
+    )
+    token = check_scope.set(CheckScope(session_id="sess_1"))
+    try:
+        await guardian.check(inbound)
+    finally:
+        check_scope.reset(token)
+    # The MCP result carried a private address: sending it from that session is stopped; from
+    # another session that also read untrusted content, but not that, it is not.
+    sent = leak("sess_1", body="jane.doe@corp-mail.net")
+    assert (await guardian.check(sent)).decision == "deny"
+    await guardian.check(steps("sess_2").knowledge_retrieval("x", None, confidential_note()))
+    elsewhere = leak("sess_2", body="jane.doe@corp-mail.net")
+    assert (await guardian.check(elsewhere)).decision == "allow"
+
+
+async def test_callers_in_other_namespaces_cannot_touch_a_sessions_memory() -> None:
+    guardian = PolicyGuardian(default_policy())
+    token = check_scope.set(CheckScope(namespace="aos:acme:mallory"))
+    try:
+        # Mallory names Alice's session: her knowledge step taints only her own namespace.
+        await guardian.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
+        assert (await guardian.check(leak())).decision == "deny"
+    finally:
+        check_scope.reset(token)
+    assert guardian.export_session("sess_1") is None
+    assert (await guardian.check(leak())).decision == "allow"
