@@ -46,6 +46,7 @@ from aap_server.protocol import (
 )
 
 __all__ = [
+    "A2hPolicy",
     "Agent",
     "AgentCapabilities",
     "AgentOption",
@@ -225,6 +226,26 @@ class ToolContext(abc.ABC):
 ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable[Content]]
 
 
+class A2hPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """When a human must be involved in a tool's use: AOM's `a2h_policy` (aom-input-schema,
+    an action's `a2h_policy`), with its field names.
+
+    `requires_authorization` is what the server acts on: every call of the tool then waits
+    for the client's `tool_permission`, even in a session that trusts the tool. The other
+    fields describe the escalation for the client and for policies; the server carries them
+    but does not act on them."""
+
+    requires_authorization: bool = False
+    confidence_threshold: float | None = None
+    intent_type: Literal["INFORM", "COLLECT", "AUTHORIZE", "ESCALATE", "RESULT"] | None = None
+    escalation_channel: Literal["in_app", "sms", "email", "push", "voice"] | None = None
+
+    def __post_init__(self) -> None:
+        threshold = self.confidence_threshold
+        if threshold is not None and not 0 <= threshold <= 1:
+            raise ValueError(f"confidence_threshold must be within 0..1, got {threshold}")
+
+
 @dataclass(frozen=True)
 class ServerTool:
     """A tool the agent runs on the server. `parameters` is a JSON Schema object.
@@ -240,6 +261,8 @@ class ServerTool:
     title: str | None = None
     exposed: bool = True
     timeout_seconds: float = 10.0
+    # Set `requires_authorization` to have a human approve every call (AOM a2h_policy).
+    a2h_policy: A2hPolicy | None = None
 
     @property
     def spec(self) -> ToolSpec:

@@ -90,6 +90,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     sse_ping_seconds: float = 15.0
     guardian_timeout_seconds: float = 2.0
     turn_timeout_seconds: float = 300.0
+    # How long a permission request (tool_call + stopReason tool_use) waits for its answer.
+    approval_timeout_seconds: float = 3600.0
     shutdown_grace_seconds: float = 30.0
     log_level: str = "info"
     # The guardian's policy file (TOML); empty: the policy that ships with the server.
@@ -107,6 +109,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "sse_ping_seconds",
             "guardian_timeout_seconds",
             "turn_timeout_seconds",
+            "approval_timeout_seconds",
             "shutdown_grace_seconds",
             "policy_poll_seconds",
         ):

@@ -101,6 +101,7 @@ def create_app(
         guardian=guardian,
         guardian_timeout_seconds=guardian_budget,
         turn_timeout_seconds=settings.turn_timeout_seconds,
+        approval_timeout_seconds=settings.approval_timeout_seconds,
         page_size=settings.page_size,
     )
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from aap_server.aos import AosRequest, AosSuccessResult
+from aap_server.aos import AosRequest, AosRequestBase, AosSuccessResult
 
 logger = logging.getLogger("aap_server.guardian")
 
@@ -185,13 +185,32 @@ async def checked(
     except Exception:
         logger.exception("guardian check failed for %s", request.method)
         return GuardianUnavailable("guardian.error", "guardian failed")
-    if not isinstance(verdict, AosSuccessResult):
+    if not isinstance(verdict, AosSuccessResult) or not _well_typed(verdict):
         return GuardianUnavailable("guardian.malformed", "guardian returned a malformed verdict")
     if verdict.decision == "modify" and verdict.modified_request is None:
         return GuardianUnavailable("guardian.malformed", "modify verdict without modifiedRequest")
     if verdict.modified_request is not None and verdict.modified_request.method != (request.method):
         return GuardianUnavailable("guardian.malformed", "modifiedRequest changes the method")
     return verdict
+
+
+def _well_typed(verdict: AosSuccessResult) -> bool:
+    """What msgspec checks when a verdict is decoded, for one built in-process (a Struct
+    does not check its fields' types when constructed): an unknown decision must never be
+    taken for `allow`."""
+    return (
+        verdict.decision in ("allow", "deny", "modify")
+        and isinstance(verdict.message, str)
+        and (
+            verdict.reason_code is None
+            or (
+                isinstance(verdict.reason_code, list)
+                and all(isinstance(code, str) for code in verdict.reason_code)
+            )
+        )
+        and (verdict.data is None or isinstance(verdict.data, dict))
+        and isinstance(verdict.modified_request, AosRequestBase | None)
+    )
 
 
 def failure_verdict(

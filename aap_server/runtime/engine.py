@@ -5,15 +5,19 @@ it) and writes history append-only, one atomic `StepWrite` per step. `turn_start
 once the turn's input is guarded and stored; `turn_stop` exactly once, whatever fails after.
 Agent text leaves only as the guardian allows: its text screen releases deltas early (or holds
 them) and the whole message is checked before the rest is sent (see `_Streamed`).
+`guard_seed` applies the same checks to the history a new session is seeded with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from aap_server import aos
 from aap_server.agent import (
@@ -29,8 +33,9 @@ from aap_server.agent import (
     ToolCall,
     ToolContext,
     ToolError,
+    text_of,
 )
-from aap_server.guardian import FailClosed, TextScreen
+from aap_server.guardian import CheckScope, FailClosed, TextScreen, check_scope
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
@@ -39,6 +44,7 @@ from aap_server.protocol import (
     ContentBlock,
     HistoryMessage,
     StopReason,
+    SystemMessage,
     TextContentBlock,
     TextDeltaEvent,
     ThinkingContentBlock,
@@ -54,6 +60,7 @@ from aap_server.protocol import (
     TurnStopEvent,
     UserMessage,
 )
+from aap_server.runtime.errors import InvalidRequestError
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import HostedAgent
@@ -71,12 +78,100 @@ from aap_server.store import AuditDraft, Compaction, PendingToolCall, SessionSto
 logger = logging.getLogger("aap_server.turn")
 
 WITHHELD = "Tool result withheld by policy"
+# What the model is told of a permission request that was not granted (AAP tool-call.md).
+DENIED = "Tool call denied"
+EXPIRED = "Tool call not run: the approval request expired"
 # A model that keeps calling tools is stopped after this many responses in one turn.
 MAX_MODEL_RESPONSES = 25
 
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def needs_human(tool: ServerTool | None, verdict_data: dict[str, Any] | None) -> bool:
+    """Whether a call must wait for a human's approval (an AAP permission request) even in a
+    session that trusts the tool: the tool's AOM `a2h_policy` requires authorization, or the
+    guardian's verdict asks for it, as `requireApproval: true`, an AOM-style
+    `a2hPolicy: {"requires_authorization": true}` or an `a2hIntent` of type `AUTHORIZE`.
+    Anything truthy counts: when unsure, ask the human."""
+    if tool is not None and tool.a2h_policy is not None and tool.a2h_policy.requires_authorization:
+        return True
+    data = verdict_data or {}
+    policy, intent = data.get("a2hPolicy"), data.get("a2hIntent")
+    return (
+        bool(data.get("requireApproval"))
+        or (isinstance(policy, dict) and bool(policy.get("requires_authorization")))
+        or (isinstance(intent, dict) and intent.get("type") == "AUTHORIZE")
+    )
+
+
+def _step_factory(
+    hosted: HostedAgent,
+    model_tools: list[ToolSpec],
+    client_tool_names: frozenset[str],
+    *,
+    session_id: str,
+    turn_id: str,
+    principal: Principal,
+) -> StepFactory:
+    definitions = [
+        tool_definition(spec, "client" if spec.name in client_tool_names else "server")
+        for spec in model_tools
+    ]
+    return StepFactory(
+        agent=aos_agent(hosted.agent, definitions),
+        session_id=session_id,
+        turn_id=turn_id,
+        principal=principal,
+    )
+
+
+async def _checked(
+    guardian: FailClosed,
+    request: aos.AosRequest,
+    session_id: str,
+    turn_id: str,
+    audit: list[AuditDraft],
+) -> aos.AosSuccessResult:
+    """Ask the guardian about a step of `session_id`; note the verdict in `audit` (written
+    with the next step, so recording costs no extra trip to the database)."""
+    started = time.perf_counter_ns()
+    # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
+    token = check_scope.set(CheckScope(session_id=session_id))
+    try:
+        verdict = await guardian.check(request)
+    finally:
+        check_scope.reset(token)
+    data = verdict.data or {}
+    audit.append(
+        AuditDraft(
+            turn_id=turn_id,
+            step_id=str(request.id),
+            method=request.method,
+            decision=verdict.decision,
+            reason_codes=list(verdict.reason_code or []),
+            latency_us=(time.perf_counter_ns() - started) // 1000,
+            at=now_iso(),
+            rule_id=_text_or_none(data.get("ruleId")),
+            policy_hash=_text_or_none(data.get("policyHash")),
+        )
+    )
+    return verdict
+
+
+def _modified_content(verdict: aos.AosSuccessResult, original: Content) -> Content:
+    modified = verdict.modified_request
+    if isinstance(modified, aos.MessageStep):
+        return simplify(parts_to_blocks(modified.params.message.content))
+    return original
+
+
+def _modified_result(verdict: aos.AosSuccessResult, original: Content) -> Content:
+    modified = verdict.modified_request
+    if isinstance(modified, aos.ToolCallResultStep):
+        return content_of_outputs(modified.params.effective_result.outputs)
+    return original
 
 
 class TurnState(AgentState):
@@ -180,11 +275,16 @@ class TurnRun:
         state: dict[str, Any],
         messages: list[TurnMessage],
         emit: Callable[[EngineEvent], None],
+        clock: Callable[[], float] = time.time,
+        approval_timeout_seconds: float = 3600.0,
+        guardian_memory: bytes | None = None,
     ) -> None:
         self.hosted = hosted
         self.agent = hosted.agent
         self.store = store
         self.guardian = guardian
+        if guardian_memory is not None:  # e.g. after a restart; kept if still in memory
+            guardian.import_session(session_id, guardian_memory)
         self.session_id = session_id
         self.agent_config = agent_config
         self.client_tools = client_tools
@@ -192,15 +292,15 @@ class TurnRun:
         self.pending = pending
         self.messages = messages
         self.emit = emit
+        self.clock = clock
+        self.approval_timeout_seconds = approval_timeout_seconds
         self.options = hosted.effective_options(agent_config)
         self.model_tools, self.trust = hosted.model_tools(agent_config.tools, client_tools)
         self.client_tool_names = frozenset(tool.name for tool in client_tools or [])
-        definitions = [
-            tool_definition(spec, "client" if spec.name in self.client_tool_names else "server")
-            for spec in self.model_tools
-        ]
-        self.steps = StepFactory(
-            agent=aos_agent(self.agent, definitions),
+        self.steps = _step_factory(
+            hosted,
+            self.model_tools,
+            self.client_tool_names,
             session_id=session_id,
             turn_id=turn_id,
             principal=principal,
@@ -256,42 +356,58 @@ class TurnRun:
         return StepWrite(**fields)
 
     async def _accept_user_messages(self) -> bool:
-        accepted: list[HistoryMessage] = []
+        # Validation lets user messages in while calls are pending only when every one is a
+        # lapsed permission request: close each with the expired notice first, so the model
+        # sees a result for every tool_use it made (stored even if the message is refused).
+        expired: list[HistoryMessage] = [
+            ToolMessage(tool_call_id=call.tool_call_id, content=EXPIRED) for call in self.pending
+        ]
+        resolved: list[PendingToolCall] | None = [] if self.pending else None
+        accepted = list(expired)
         for message in self.messages:
             assert isinstance(message, UserMessage)
             verdict = await self._check(self.steps.message("user", message.content))
             if verdict.decision == "deny":
-                await self.store.commit(self.session_id, self._config_write())
+                write = self._config_write(full=expired, compacted=expired, pending=resolved)
+                await self._store(write)
                 return False
             if verdict.decision == "modify":
-                message = UserMessage(content=self._modified_content(verdict, message.content))
+                message = UserMessage(content=_modified_content(verdict, message.content))
             accepted.append(message)
-        await self.store.commit(
-            self.session_id,
-            self._config_write(full=accepted, compacted=accepted, state=self.state.take_changes()),
+        await self._store(
+            self._config_write(
+                full=accepted,
+                compacted=accepted,
+                pending=resolved,
+                state=self.state.take_changes(),
+            ),
         )
         self.context.extend(accepted)
         return True
 
     async def _accept_tool_answers(self) -> list[PendingToolCall]:
-        """Store client results and permission denials; return the granted calls to run."""
+        """Store client results, permission denials and grants that came too late; return the
+        granted calls to run."""
         answers = {m.tool_call_id: m for m in self.messages if not isinstance(m, UserMessage)}
+        now = self.clock()
         stored: list[HistoryMessage] = []
         granted: list[PendingToolCall] = []
         for call in self.pending:
             answer = answers[call.tool_call_id]
             if isinstance(answer, ToolPermissionMessage):
-                if answer.granted:
+                if answer.granted and not call.expired(now):
                     granted.append(call)
                     continue
-                denial = "Tool call denied" + (f": {answer.reason}" if answer.reason else "")
-                stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=denial))
+                # A late denial still says what the human decided; a late grant runs nothing.
+                if answer.granted:
+                    told = EXPIRED
+                else:
+                    told = DENIED + (f": {answer.reason}" if answer.reason else "")
+                stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=told))
             else:
                 content = await self._guard_tool_result(call.tool_call_id, answer.content, False)
                 stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=content))
-        await self.store.commit(
-            self.session_id, self._config_write(full=stored, compacted=stored, pending=[])
-        )
+        await self._store(self._config_write(full=stored, compacted=stored, pending=[]))
         self.context.extend(stored)
         return granted
 
@@ -339,7 +455,7 @@ class TurnRun:
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":
-                modified = self._modified_content(verdict, blocks)
+                modified = _modified_content(verdict, blocks)
                 parts = (
                     modified if isinstance(modified, list) else [TextContentBlock(text=modified)]
                 )
@@ -381,9 +497,10 @@ class TurnRun:
                     refusal = f"Tool call denied by policy: {verdict.message}"
                 elif verdict.decision == "modify":
                     tool_input = self._modified_input(verdict, tool_input)
-                # A guardian may ask for a human: the call then waits for the client's
-                # permission even if the session trusts the tool (DESIGN; AOM a2h_policy).
-                needs_approval = bool((verdict.data or {}).get("requireApproval"))
+                # The tool or the guardian may ask for a human: the call then waits for the
+                # client's permission even if the session trusts the tool (DESIGN; AOM A2H).
+                tool = self.hosted.tools_by_name.get(call.name)
+                needs_approval = needs_human(tool, verdict.data)
             use = ToolUseContentBlock(tool_call_id=call_id, name=call.name, input=tool_input)
             if refusal is not None:
                 # The client never sees it; the model is told why it did not happen.
@@ -393,16 +510,16 @@ class TurnRun:
             visible.append(use)
             self.emit(ToolCallEvent(tool_call_id=call_id, name=call.name, input=tool_input))
             client = call.name in self.client_tool_names
+            ask = client or needs_approval or not self.trust.get(call.name, False)
             pending = PendingToolCall(
                 tool_call_id=call_id,
                 name=call.name,
                 input=tool_input,
                 kind="client" if client else "permission",
+                # A permission request lapses; a client's tool result is awaited however long.
+                expires_at=self._approval_deadline() if ask and not client else None,
             )
-            if client or needs_approval or not self.trust.get(call.name, False):
-                to_ask.append(pending)
-            else:
-                to_run.append(pending)
+            (to_ask if ask else to_run).append(pending)
 
         shown = AssistantMessage(content=simplify(visible)) if visible else None
         told = AssistantMessage(content=simplify(visible + hidden_uses))
@@ -419,6 +536,10 @@ class TurnRun:
         if to_ask:
             return "tool_use"
         return None
+
+    def _approval_deadline(self) -> float | None:
+        timeout = self.approval_timeout_seconds
+        return self.clock() + timeout if math.isfinite(timeout) else None
 
     def _unavailable(self, name: str) -> str | None:
         if name in self.client_tool_names or name in self.trust:
@@ -482,10 +603,8 @@ class TurnRun:
         verdict = await self._check(self.steps.tool_call_result(call_id, content, is_error))
         if verdict.decision == "deny":
             return WITHHELD
-        if verdict.decision == "modify" and isinstance(
-            verdict.modified_request, aos.ToolCallResultStep
-        ):
-            return content_of_outputs(verdict.modified_request.params.effective_result.outputs)
+        if verdict.decision == "modify":
+            return _modified_result(verdict, content)
         return content
 
     # --- memory, knowledge, compaction ------------------------------------------------------
@@ -571,36 +690,28 @@ class TurnRun:
     # --- guardian checks and their audit trail ---------------------------------------------
 
     async def _check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
-        """Ask the guardian; note the verdict for the audit trail (written with the next
-        step, so recording costs no extra trip to the database)."""
-        started = time.perf_counter_ns()
-        verdict = await self.guardian.check(request)
-        data = verdict.data or {}
-        self._audit.append(
-            AuditDraft(
-                turn_id=self.steps.turn_id,
-                step_id=str(request.id),
-                method=request.method,
-                decision=verdict.decision,
-                reason_codes=list(verdict.reason_code or []),
-                latency_us=(time.perf_counter_ns() - started) // 1000,
-                at=now_iso(),
-                rule_id=_text_or_none(data.get("ruleId")),
-                policy_hash=_text_or_none(data.get("policyHash")),
-            )
+        return await _checked(
+            self.guardian, request, self.session_id, self.steps.turn_id, self._audit
         )
-        return verdict
 
     def _take_audit(self) -> list[AuditDraft]:
         drafts, self._audit = self._audit, []
         return drafts
+
+    async def _store(self, write: StepWrite) -> None:
+        """Every write of the turn; the guardian's memory of the session goes with it when
+        it changed, so a restart forgets no taint, count or placeholder."""
+        memory = self.guardian.export_session(self.session_id)
+        if memory is not None:
+            write = msgspec.structs.replace(write, guardian_memory=memory)
+        await self.store.commit(self.session_id, write)
 
     async def _flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
         if not self._audit:
             return
         try:
-            await self.store.commit(self.session_id, StepWrite(audit=self._take_audit()))
+            await self._store(StepWrite(audit=self._take_audit()))
         except Exception:
             logger.exception("could not record the audit trail of turn %s", self.steps.turn_id)
 
@@ -619,15 +730,8 @@ class TurnRun:
             state=self.state.take_changes(),
             audit=self._take_audit(),
         )
-        await self.store.commit(self.session_id, write)
+        await self._store(write)
         self.context.extend(compacted)
-
-    @staticmethod
-    def _modified_content(verdict: aos.AosSuccessResult, original: Content) -> Content:
-        modified = verdict.modified_request
-        if isinstance(modified, aos.MessageStep):
-            return simplify(parts_to_blocks(modified.params.message.content))
-        return original
 
     @staticmethod
     def _modified_input(verdict: aos.AosSuccessResult, original: dict[str, Any]) -> dict[str, Any]:
@@ -662,3 +766,67 @@ class _GuardedToolContext(ToolContext):
 
     async def a2a_receive(self, message: dict[str, Any]) -> dict[str, Any]:
         return await self._run.guard_protocol("A2A", message, "inbound")
+
+
+async def guard_seed(
+    *,
+    hosted: HostedAgent,
+    guardian: FailClosed,
+    principal: Principal,
+    session_id: str,
+    agent_config: AgentConfig,
+    client_tools: list[ToolSpec] | None,
+    seed: list[HistoryMessage],
+) -> tuple[list[HistoryMessage], list[AuditDraft]]:
+    """Guard a new session's seed history (POST /sessions `messages`) message by message as
+    the step table guards a turn; returns what to store and the verdicts for the audit trail.
+
+    User and system messages are `steps/message` role user (the client wrote them; AOS has a
+    system role, but policies written for client input match `user`), assistant messages role
+    agent, tool results `steps/toolCallResult` (the model reads them as tool output, so they
+    get the check untrusted content gets). A denial refuses the session, naming the message:
+    nothing is stored yet, so the client can fix its request, where a withheld notice would
+    store history the client never wrote."""
+    if not seed:
+        return [], []
+    model_tools, _ = hosted.model_tools(agent_config.tools, client_tools)
+    steps = _step_factory(
+        hosted,
+        model_tools,
+        frozenset(tool.name for tool in client_tools or []),
+        session_id=session_id,
+        turn_id=new_id("seed_"),  # the seed is no turn; its verdicts read as such in the audit
+        principal=principal,
+    )
+    audit: list[AuditDraft] = []
+    guarded: list[HistoryMessage] = []
+    for index, message in enumerate(seed):
+        request: aos.AosRequest
+        if isinstance(message, ToolMessage):
+            request = steps.tool_call_result(message.tool_call_id, message.content, False)
+        else:
+            role = "agent" if isinstance(message, AssistantMessage) else "user"
+            request = steps.message(role, message.content)
+        verdict = await _checked(guardian, request, session_id, steps.turn_id, audit)
+        if verdict.decision == "deny":
+            logger.info(
+                "new session refused: seed message %d denied by policy (step %s, %s)",
+                index,
+                request.id,
+                ", ".join(verdict.reason_code or []) or "no reason code",
+            )
+            raise InvalidRequestError(
+                f"messages[{index}]: refused by policy: {verdict.message}",
+                code="message_refused",
+            )
+        if verdict.decision == "modify":
+            content: Content
+            if isinstance(message, ToolMessage):
+                content = _modified_result(verdict, message.content)
+            else:
+                content = _modified_content(verdict, message.content)
+            if isinstance(message, SystemMessage):
+                content = text_of(content)  # a system message holds plain text only
+            message = msgspec.structs.replace(message, content=content)
+        guarded.append(message)
+    return guarded, audit

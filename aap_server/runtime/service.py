@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from aap_server.guardian import FailClosed, Guardian
 from aap_server.ids import new_id
@@ -26,7 +27,7 @@ from aap_server.protocol import (
     SessionInfo,
     StreamMode,
 )
-from aap_server.runtime.engine import TurnRun
+from aap_server.runtime.engine import TurnRun, guard_seed
 from aap_server.runtime.errors import (
     ConflictError,
     InvalidRequestError,
@@ -79,12 +80,18 @@ class AapService:
         guardian_timeout_seconds: float = 2.0,
         turn_timeout_seconds: float = 300.0,
         page_size: int = 20,
+        approval_timeout_seconds: float = 3600.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry
         self.store = store
         self.guardian = FailClosed(guardian, guardian_timeout_seconds)
         self.turn_timeout_seconds = turn_timeout_seconds
         self.page_size = page_size
+        # How long a permission request waits for its `tool_permission` (math.inf: forever);
+        # after that a grant runs nothing and a user message may move the session on.
+        self.approval_timeout_seconds = approval_timeout_seconds
+        self.clock = clock  # unix seconds; tests swap in their own
         self._active: dict[str, str] = {}  # session id -> running turn id
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
@@ -108,7 +115,18 @@ class AapService:
             agent=request.agent,
             tools=request.tools,
         )
-        await self.store.create_session(record, seed)
+        # The seed is history the model will read: guarded like a turn's input (a denial
+        # raises, and no session is created).
+        seed, audit = await guard_seed(
+            hosted=hosted,
+            guardian=self.guardian,
+            principal=principal,
+            session_id=record.session_id,
+            agent_config=record.agent,
+            client_tools=record.tools,
+            seed=seed,
+        )
+        await self.store.create_session(record, seed, audit=audit)
         return PostSessionsResponse(session_id=record.session_id)
 
     async def _record(self, principal: Principal, session_id: str) -> SessionRecord:
@@ -219,7 +237,7 @@ class AapService:
             hosted = self._hosted(snapshot.record)
             validate_stream_mode(hosted, turn.mode)
             validate_overrides(hosted, request.agent, request.tools)
-            validate_turn_messages(hosted, request.messages, snapshot.record.pending)
+            validate_turn_messages(hosted, request.messages, snapshot.record.pending, self.clock())
             run = self._prepare(hosted, snapshot, request, principal, turn)
             await run.start()
         except BaseException:
@@ -263,6 +281,9 @@ class AapService:
             state=snapshot.state,
             messages=list(request.messages),
             emit=turn.queue.put_nowait,
+            clock=self.clock,
+            approval_timeout_seconds=self.approval_timeout_seconds,
+            guardian_memory=snapshot.guardian_memory,
         )
 
     async def _finish(self, run: TurnRun, turn: Turn, session_id: str) -> None:

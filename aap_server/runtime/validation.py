@@ -189,9 +189,13 @@ def validate_overrides(
 
 
 def validate_turn_messages(
-    hosted: HostedAgent, messages: Sequence[TurnMessage], pending: Sequence[PendingToolCall]
+    hosted: HostedAgent,
+    messages: Sequence[TurnMessage],
+    pending: Sequence[PendingToolCall],
+    now: float,
 ) -> None:
-    """A turn is either user messages, or answers to every pending tool call at once."""
+    """A turn is either user messages, or answers to every pending tool call at once. User
+    messages may also move on from permission requests that have all expired (`now`)."""
     if not messages:
         raise InvalidRequestError("messages: must hold at least one message", code="empty_messages")
     users = [m for m in messages if isinstance(m, UserMessage)]
@@ -201,7 +205,7 @@ def validate_turn_messages(
             code="mixed_messages",
         )
     if users:
-        if pending:
+        if any(call.kind == "client" or not call.expired(now) for call in pending):
             ids = [call.tool_call_id for call in pending]
             raise ConflictError(
                 "messages: the session is waiting for results of tool calls "

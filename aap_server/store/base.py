@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -15,13 +16,19 @@ PendingKind = Literal["client", "permission"]
 
 
 class PendingToolCall(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool call the last turn stopped on: a client tool awaiting its result, or an
-    untrusted server tool awaiting the client's permission."""
+    """A tool call the last turn stopped on: a client tool awaiting its result, or a server
+    tool awaiting the client's permission (untrusted, or a human's approval was asked for)."""
 
     tool_call_id: str
     name: str
     input: dict[str, Any]
     kind: PendingKind
+    # When a permission request lapses (unix seconds). None: never (client calls, and every
+    # call stored before approvals could expire).
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
 
 class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,6 +64,8 @@ class StepWrite(msgspec.Struct, frozen=True, kw_only=True):
     state: dict[str, Any] | None = None
     # Guardian verdicts to append to the session's hash-chained audit trail.
     audit: list[AuditDraft] = msgspec.field(default_factory=list)
+    # When set, replaces the guardian's stored memory of the session (opaque to the store).
+    guardian_memory: bytes | None = None
 
 
 class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,6 +74,8 @@ class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     record: SessionRecord
     compacted: list[HistoryMessage]
     state: dict[str, Any]
+    # The guardian's memory of the session as it last exported it (None: nothing yet).
+    guardian_memory: bytes | None = None
 
 
 class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,8 +106,15 @@ class SessionStore(abc.ABC):
         """Finish pending writes and release the database."""
 
     @abc.abstractmethod
-    async def create_session(self, record: SessionRecord, seed: list[HistoryMessage]) -> None:
-        """Store a new session with its seed history (both full and compacted)."""
+    async def create_session(
+        self,
+        record: SessionRecord,
+        seed: list[HistoryMessage],
+        *,
+        audit: Sequence[AuditDraft] = (),
+    ) -> None:
+        """Store a new session with its seed history (both full and compacted) and the
+        guardian's verdicts on that seed, as the first entries of its audit trail."""
 
     @abc.abstractmethod
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:

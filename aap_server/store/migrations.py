@@ -55,6 +55,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     """,
+    # 3: what the in-process guardian remembers of each session (taint, counts, placeholders).
+    """
+    CREATE TABLE guardian_memory (
+        session_id TEXT PRIMARY KEY REFERENCES sessions (session_id) ON DELETE CASCADE,
+        memory     BLOB NOT NULL
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

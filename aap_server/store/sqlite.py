@@ -150,6 +150,11 @@ _UPSERT_STATE = (
     "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value"
 )
 _SELECT_STATE = "SELECT key, value FROM agent_state WHERE session_id = ?"
+_UPSERT_MEMORY = (
+    "INSERT INTO guardian_memory (session_id, memory) VALUES (?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET memory = excluded.memory"
+)
+_SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = ?"
 _LAST_AUDIT = "SELECT seq, hash FROM audit WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 _INSERT_AUDIT = "INSERT INTO audit (session_id, seq, entry, hash) VALUES (?, ?, ?, ?)"
 _SELECT_AUDIT = "SELECT entry FROM audit WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -210,6 +215,7 @@ class _EncodedStep(msgspec.Struct, frozen=True):
     replacement: list[bytes]
     state: list[tuple[str, bytes]]
     audit: list[AuditDraft]
+    guardian_memory: bytes | None
 
 
 def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) -> None:
@@ -241,6 +247,8 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
         conn.executemany(_UPSERT_STATE, [(session_id, k, v) for k, v in step.state])
     if step.audit:
         _append_audit(conn, session_id, step.audit)
+    if step.guardian_memory is not None:
+        conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
 
 
 def _append_audit(conn: sqlite3.Connection, session_id: str, drafts: list[AuditDraft]) -> None:
@@ -262,6 +270,7 @@ def _create_sync(
     conn: sqlite3.Connection,
     row: tuple[str, str, bytes, bytes | None, bytes, int],
     seed: list[bytes],
+    audit: list[AuditDraft],
 ) -> None:
     try:
         conn.execute(_INSERT_SESSION, row)
@@ -271,6 +280,8 @@ def _create_sync(
     rows = [(session_id, seq, m) for seq, m in enumerate(seed)]
     conn.executemany(_INSERT_MESSAGE["full"], rows)
     conn.executemany(_INSERT_MESSAGE["compacted"], rows)
+    if audit:
+        _append_audit(conn, session_id, audit)
 
 
 def _record(
@@ -371,7 +382,13 @@ class SqliteSessionStore(SessionStore):
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def create_session(self, record: SessionRecord, seed: list[HistoryMessage]) -> None:
+    async def create_session(
+        self,
+        record: SessionRecord,
+        seed: list[HistoryMessage],
+        *,
+        audit: Sequence[AuditDraft] = (),
+    ) -> None:
         encode = _ENCODER.encode
         row = (
             record.session_id,
@@ -382,7 +399,8 @@ class SqliteSessionStore(SessionStore):
             time.time_ns() // 1_000_000,
         )
         messages = [encode(m) for m in seed]
-        await self._write(lambda conn: _create_sync(conn, row, messages))
+        drafts = list(audit)
+        await self._write(lambda conn: _create_sync(conn, row, messages, drafts))
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         row = await self._run(
@@ -427,21 +445,23 @@ class SqliteSessionStore(SessionStore):
         return _decode_history(rows)
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
-        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any]] | None:
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any], Any] | None:
             row = conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone()
             if row is None:
                 return None
             history = conn.execute(_SELECT_HISTORY["compacted"], (session_id,)).fetchall()
-            return row, history, conn.execute(_SELECT_STATE, (session_id,)).fetchall()
+            state = conn.execute(_SELECT_STATE, (session_id,)).fetchall()
+            return row, history, state, conn.execute(_SELECT_MEMORY, (session_id,)).fetchone()
 
         found = await self._run(read)
         if found is None:
             return None
-        row, history, state = found
+        row, history, state, memory = found
         return TurnSnapshot(
             record=_record(session_id, owner, *row),
             compacted=_decode_history(history),
             state=_decode_state(state),
+            guardian_memory=memory[0] if memory else None,
         )
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
@@ -469,6 +489,7 @@ class SqliteSessionStore(SessionStore):
             replacement=replacement,
             state=[(k, encode(v)) for k, v in (write.state or {}).items()],
             audit=write.audit,
+            guardian_memory=write.guardian_memory,
         )
         await self._write(lambda conn: _commit_sync(conn, session_id, step))
 

@@ -108,3 +108,37 @@ async def test_delta_text_streams_through_the_default_policy_and_secrets_are_red
     assert key not in streamed
     assert "[REDACTED SECRET]" in streamed
     assert streamed.startswith("Echo: my key is ")
+
+
+# The guardian's memory of a session is stored with it: a restart between reading the
+# confidential note and trying to mail it out changes nothing.
+async def test_what_the_guardian_learned_survives_a_restart(tmp_path: Path) -> None:
+    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
+    headers = {"Authorization": "Bearer key-alice"}
+    tools = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
+    leak = tool_line(
+        "send_email",
+        {
+            "to": "friend@example.com",
+            "subject": "fyi",
+            "body": "Alice Martin, engineering lead: 98,000 EUR salary",
+        },
+    )
+    async with (
+        serve(create_app(settings, demo_agents())) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as before,
+    ):
+        created = await before.post("/sessions", json={"agent": {"name": "demo", "tools": tools}})
+        session_id = created.json()["sessionId"]
+        await turn(before, session_id, tool_line("search_notes", {"query": "payroll salary"}))
+
+    async with (
+        serve(create_app(settings, demo_agents())) as base_url,  # a new process's guardian
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as after,
+    ):
+        stopped = await turn(after, session_id, leak)
+        assert "tool_use" not in json.dumps(stopped["messages"])
+        audit = (await after.get(f"/sessions/{session_id}/audit")).json()["records"]
+        assert [e["ruleId"] for e in audit if e["decision"] == "deny"] == [
+            "no-exfiltration-after-untrusted-content"
+        ]

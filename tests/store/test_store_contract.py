@@ -622,3 +622,30 @@ async def test_malformed_audit_cursor_raises_invalid_cursor_error(store: Session
     for cursor in ["", "zzz", session_cursor]:
         with pytest.raises(InvalidCursorError):
             await store.load_audit(record.session_id, cursor, 10)
+
+
+async def test_guardian_memory_is_replaced_by_each_write_that_carries_it(
+    store: SessionStore,
+) -> None:
+    record = new_record()
+    await store.create_session(record, [])
+    snapshot = await store.load_turn(record.session_id, record.owner)
+    assert snapshot is not None
+    assert snapshot.guardian_memory is None
+
+    await store.commit(record.session_id, StepWrite(full=[user("a")], guardian_memory=b"one"))
+    await store.commit(record.session_id, StepWrite(full=[user("b")]))  # carries none: kept
+    snapshot = await store.load_turn(record.session_id, record.owner)
+    assert snapshot is not None
+    assert snapshot.guardian_memory == b"one"
+
+    await store.commit(record.session_id, StepWrite(guardian_memory=b"two"))
+    snapshot = await store.load_turn(record.session_id, record.owner)
+    assert snapshot is not None
+    assert snapshot.guardian_memory == b"two"
+
+    await store.delete_session(record.session_id, record.owner)
+    await store.create_session(record, [])  # the same id again starts with no memory
+    snapshot = await store.load_turn(record.session_id, record.owner)
+    assert snapshot is not None
+    assert snapshot.guardian_memory is None
