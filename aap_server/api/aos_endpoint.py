@@ -22,6 +22,9 @@ Decisions (see also the route's OpenAPI description):
 - Session memory (call counts, taint, placeholders) of `POST /aos` checks is kept apart per
   caller (see `CheckScope`): an external agent naming a hosted session's id in its context
   neither reads nor changes that session's memory, nor another caller's.
+- Audit: the steps are the caller's, not one of our sessions', so each verdict is one
+  metadata-only JSON line on the `aap_server.audit` logger (caller, the caller's session, turn
+  and step ids, method, decision, reason codes, rule id, policy hash, latency).
 - `ping` is answered by the server itself (`status: "connected"`, the package version, the UTC
   time): the endpoint is up and the in-process guardian cannot be "disconnected".
 - A batch is answered in request order; its entries are checked concurrently, at most
@@ -35,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -53,6 +57,7 @@ from aap_server.aos import (
     PARSE_ERROR,
     AosRequest,
     AosSuccessResponse,
+    AosSuccessResult,
     JsonRpcError,
     JsonRpcErrorResponse,
     PingRequest,
@@ -70,6 +75,25 @@ BATCH_CONCURRENCY = 32
 
 Id = str | int | None
 Reply = AosSuccessResponse | PingResponse | JsonRpcErrorResponse
+
+
+audit_logger = logging.getLogger("aap_server.audit")
+
+
+class AosVerdictRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What the audit log keeps of a `POST /aos` verdict: who asked, about which step, and
+    the decision — never the checked content."""
+
+    caller: str
+    session_id: str | None
+    turn_id: str | None
+    step_id: str
+    method: str
+    decision: str
+    reason_codes: list[str]
+    rule_id: str | None
+    policy_hash: str | None
+    latency_us: int
 
 
 class _Envelope(msgspec.Struct):
@@ -222,11 +246,35 @@ class AosDispatcher:
         try:
             if isinstance(request, PingRequest):
                 return PingResponse(id=request.id, result=self._ping())
+            started = time.perf_counter_ns()
             verdict = await self.guardian.check(request)
+            self._record(request, verdict, (time.perf_counter_ns() - started) // 1000)
             return AosSuccessResponse(id=request.id, result=verdict)
         except Exception:
             logger.exception("AOS request %s failed", request.method)
             return _error(request.id, INTERNAL_ERROR, "Internal server error")
+
+    def _record(self, request: AosRequest, verdict: AosSuccessResult, latency_us: int) -> None:
+        """One metadata-only line per verdict on the `aap_server.audit` logger: these steps
+        belong to the caller's sessions, not to one of ours, so they have no session trail."""
+        if not audit_logger.isEnabledFor(logging.INFO):
+            return
+        context = getattr(request.params, "context", None)
+        data = verdict.data if isinstance(verdict.data, dict) else {}
+        rule_id, policy_hash = data.get("ruleId"), data.get("policyHash")
+        record = AosVerdictRecord(
+            caller=self.scope.namespace,
+            session_id=context.session.id if context is not None else None,
+            turn_id=context.turn_id if context is not None else None,
+            step_id=str(request.id),
+            method=request.method,
+            decision=verdict.decision,
+            reason_codes=list(verdict.reason_code or []),
+            rule_id=rule_id if isinstance(rule_id, str) else None,
+            policy_hash=policy_hash if isinstance(policy_hash, str) else None,
+            latency_us=latency_us,
+        )
+        audit_logger.info("%s", _encoder.encode(record).decode())
 
     def _ping(self) -> PingResult:
         now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

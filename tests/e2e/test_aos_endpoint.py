@@ -526,3 +526,25 @@ async def test_session_memory_is_kept_apart_per_caller(tmp_path: Path) -> None:
         assert await decide("key-alice", read) == "allow"
         assert await decide("key-alice", send) == "deny"  # her own session memory
         assert await decide("key-bob", send) == "allow"  # Bob's "sess_shared" saw nothing
+
+
+# Every /aos verdict is recorded (issue 3 § Audit): one metadata-only line on the audit log,
+# naming the caller and the caller's own session, turn and step — not what was checked.
+async def test_each_verdict_is_recorded_on_the_audit_log(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    request = SAMPLES["steps/message"]
+    caplog.set_level("INFO", logger="aap_server.audit")
+    json_rpc(await call(h, wire(request)))
+    [line] = [r.getMessage() for r in caplog.records if r.name == "aap_server.audit"]
+    record = json.loads(line)
+    assert record["caller"] == "aos:acme:alice"
+    assert record["method"] == "steps/message"
+    assert record["stepId"] == str(request.id)
+    assert record["decision"] == "allow"
+    assert record["sessionId"] == step_context().session.id
+    assert isinstance(record["latencyUs"], int)
+    assert isinstance(request, aos.MessageStep)
+    texts = [p.text for p in request.params.message.content if isinstance(p, aos.TextPart)]
+    assert texts
+    assert not any(text in line for text in texts)
