@@ -43,7 +43,7 @@ class RemoteGuardianSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_u
     """One remote AOS guardian, asked after the in-process policy (see guardian/chain.py)."""
 
     url: str
-    # How verdicts and health name it; default `host:port` of the URL.
+    # How verdicts and health name it; default `remote-N` (its place in the list).
     name: str = ""
     timeout_seconds: float = 1.0
     # Let steps through while it cannot answer (default: deny them, i.e. fail closed).

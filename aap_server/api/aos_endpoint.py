@@ -28,7 +28,7 @@ Decisions (see also the route's OpenAPI description):
 - `ping` is answered by the server itself (`status: "connected"`, the package version, the UTC
   time): the endpoint is up and the in-process guardian cannot be "disconnected".
 - A batch is answered in request order; its entries are checked concurrently, at most
-  `BATCH_CONCURRENCY` at a time.
+  `BATCH_CONCURRENCY` at a time. A batch of more than `BATCH_LIMIT` requests is one -32600.
 - -32603 is reserved for a failure of our own (e.g. a verdict that cannot be encoded); a
   guardian that raises or times out is a `deny` verdict (fail closed), never -32603.
 """
@@ -72,6 +72,8 @@ logger = logging.getLogger("aap_server.api.aos")
 
 BATCH_CONCURRENCY = 32
 """How many entries of one batch are checked by the guardian at the same time."""
+BATCH_LIMIT = 1000
+"""The most requests one batch may hold (a larger one is an invalid request as a whole)."""
 
 Id = str | int | None
 Reply = AosSuccessResponse | PingResponse | JsonRpcErrorResponse
@@ -197,6 +199,14 @@ class AosDispatcher:
         if not payload:
             return self._encode(
                 _error(None, INVALID_REQUEST, "Invalid JSON-RPC Request: empty batch")
+            )
+        if len(payload) > BATCH_LIMIT:
+            return self._encode(
+                _error(
+                    None,
+                    INVALID_REQUEST,
+                    f"Invalid JSON-RPC Request: a batch holds at most {BATCH_LIMIT} requests",
+                )
             )
         replies = await _bounded_map(self._answer_object, payload, BATCH_CONCURRENCY)
         encoded = [self._encode(reply) for reply in replies if reply is not None]

@@ -26,7 +26,7 @@ from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
-from aap_server.guardian.remote import RemoteGuardian, default_name
+from aap_server.guardian.remote import RemoteGuardian
 from aap_server.runtime import AapService, AgentRegistry
 from aap_server.store import SessionStore
 from aap_server.store.sqlite import SqliteSessionStore
@@ -44,8 +44,9 @@ def package_version() -> str:
 def with_remote_guardians(guardian: Guardian, settings: Settings) -> GuardianChain:
     """`guardian` first, then each configured remote guardian in order."""
     members = [ChainMember(guardian, "in-process", settings.guardian_timeout_seconds)]
-    for remote in settings.guardians:
-        name = remote.name or default_name(remote.url)
+    for number, remote in enumerate(settings.guardians, start=1):
+        # Not the URL's host: names show in the public health report and in verdicts.
+        name = remote.name or f"remote-{number}"
         client = RemoteGuardian(
             remote.url, name=name, timeout_seconds=remote.timeout_seconds, api_key=remote.api_key
         )
@@ -123,9 +124,11 @@ def create_app(
     async def drain_and_close() -> None:
         for task in watcher:
             task.cancel()
-        await service.shutdown(settings.shutdown_grace_seconds)
-        await store.close()
-        await guardian.close()
+        try:
+            await service.shutdown(settings.shutdown_grace_seconds)
+            await store.close()
+        finally:
+            await guardian.close()
 
     app_version = package_version()
     return Litestar(

@@ -10,6 +10,7 @@ from aap_server.guardian.base import (
     HoldMessage,
     PassThrough,
     TextScreen,
+    asks_for_human,
     check_scope,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "HoldMessage",
     "PassThrough",
     "TextScreen",
+    "asks_for_human",
     "check_scope",
 ]

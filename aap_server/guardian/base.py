@@ -7,7 +7,7 @@ import asyncio
 import logging
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -192,6 +192,18 @@ async def checked(
     if verdict.modified_request is not None and verdict.modified_request.method != (request.method):
         return GuardianUnavailable("guardian.malformed", "modifiedRequest changes the method")
     return verdict
+
+
+def asks_for_human(data: dict[str, Any] | None) -> bool:
+    """Whether a verdict's `data` asks for a human's approval: `requireApproval: true`, or
+    AOM's `a2hPolicy: {"requires_authorization": true}` or `a2hIntent: {"type": "AUTHORIZE"}`."""
+    data = data or {}
+    policy, intent = data.get("a2hPolicy"), data.get("a2hIntent")
+    return (
+        bool(data.get("requireApproval"))
+        or (isinstance(policy, dict) and bool(policy.get("requires_authorization")))
+        or (isinstance(intent, dict) and intent.get("type") == "AUTHORIZE")
+    )
 
 
 def _well_typed(verdict: AosSuccessResult) -> bool:

@@ -4,7 +4,7 @@
 - Modifications apply in order: each guardian sees the request as the ones before it left it.
 - Every verdict names the rule that made it (`data.ruleId`: the deny's, else the first
   modification's, else the first guardian's) and lists what each guardian said
-  (`data.verdicts`). `requireApproval` from any guardian stands.
+  (`data.verdicts`). A request for a human from any guardian stands (`requireApproval`).
 - A guardian that cannot answer (error, timeout, malformed verdict, unreachable) denies the
   step, unless it is configured to fail open: then its place is an `allow` naming the failure.
 """
@@ -25,6 +25,7 @@ from aap_server.guardian.base import (
     GuardianUnavailable,
     HoldMessage,
     TextScreen,
+    asks_for_human,
     checked,
     failure_verdict,
 )
@@ -127,8 +128,8 @@ def _with_data(
         for key, value in (each.data or {}).items():
             data.setdefault(key, value)
     data["ruleId"] = (naming.data or {}).get("ruleId")
-    if any((each.data or {}).get("requireApproval") for each in verdicts):
-        data["requireApproval"] = True
+    if any(asks_for_human(each.data) for each in verdicts):
+        data["requireApproval"] = True  # whichever form each guardian asked in
     data["verdicts"] = [
         {"guardian": m.name, "decision": v.decision, "ruleId": (v.data or {}).get("ruleId")}
         for m, v in zip(members, verdicts, strict=False)  # only those asked

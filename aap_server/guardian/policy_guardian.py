@@ -13,11 +13,12 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
+import logging
 import re
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -35,9 +36,14 @@ from aap_server.guardian.policy import (
 )
 from aap_server.guardian.screen import WindowScreen
 
+logger = logging.getLogger("aap_server.guardian")
+_K = TypeVar("_K", str, tuple[str, str])
+
 # Private values shorter than this are too common to track as leaks.
 MIN_TRACKED_LENGTH = 6
-# How many sessions' facts are kept (least recently used are forgotten first).
+# How many sessions' facts are kept in memory, for hosted sessions and for `POST /aos`
+# callers' sessions apart, so that outside callers can never push a hosted session out
+# (least recently used are forgotten first; hosted ones are re-imported from the store).
 MAX_SESSIONS = 10_000
 # How many private / untrusted values one session remembers (oldest forgotten first).
 MAX_TRACKED_VALUES = 512
@@ -282,8 +288,9 @@ class PolicyGuardian(Guardian):
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        # (namespace, session id) -> facts; see `CheckScope`.
-        self._sessions: OrderedDict[tuple[str, str], SessionFacts] = OrderedDict()
+        # Hosted sessions' facts by session id; outside callers' by (namespace, session id).
+        self._hosted: OrderedDict[str, SessionFacts] = OrderedDict()
+        self._outside: OrderedDict[tuple[str, str], SessionFacts] = OrderedDict()
 
     def text_screen(self) -> TextScreen:
         return WindowScreen()
@@ -297,34 +304,32 @@ class PolicyGuardian(Guardian):
         """Swap the policy (reload): checks in flight finish under the one they started with."""
         self.policy = policy
 
-    def _facts(self, key: tuple[str, str]) -> SessionFacts:
-        facts = self._sessions.get(key)
-        if facts is None:
-            facts = self._remember(key, SessionFacts())
-        else:
-            self._sessions.move_to_end(key)
-        return facts
-
-    def _remember(self, key: tuple[str, str], facts: SessionFacts) -> SessionFacts:
-        self._sessions[key] = facts
-        if len(self._sessions) > MAX_SESSIONS:
-            self._sessions.popitem(last=False)  # hosted sessions' memory is stored: no loss
-        return facts
-
     def export_session(self, session_id: str) -> bytes | None:
-        facts = self._sessions.get(("", session_id))
+        facts = self._hosted.get(session_id)
         return facts.export() if facts is not None and facts.changed else None
 
     def import_session(self, session_id: str, memory: bytes) -> None:
-        if ("", session_id) not in self._sessions:
-            self._remember(("", session_id), SessionFacts.from_export(memory))
+        if session_id in self._hosted:
+            return
+        try:
+            facts = SessionFacts.from_export(memory)
+        except (msgspec.DecodeError, ValueError, TypeError):
+            # Unreadable (a bug, or a blob from elsewhere): assume the worst rather than
+            # forget, so the session cannot send out data as if nothing untrusted came in.
+            logger.warning("unreadable guardian memory of session %s; assuming taint", session_id)
+            facts = SessionFacts()
+            facts.untrusted_seen = facts.changed = True
+        _remember(self._hosted, session_id, facts)
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         policy = self.policy
         scope = check_scope.get()
         named = getattr(getattr(request.params, "context", None), "session", None)
-        session_id = named.id if named is not None else scope.session_id
-        facts = self._facts((scope.namespace, session_id or ""))
+        session_id = (named.id if named is not None else scope.session_id) or ""
+        if scope.namespace:
+            facts = _facts(self._outside, (scope.namespace, session_id))
+        else:
+            facts = _facts(self._hosted, session_id)
         step = _Step(request, facts, policy)
         if step.view.turn_id is not None and step.view.turn_id != facts.turn_id:
             facts.turn_id = step.view.turn_id
@@ -421,6 +426,21 @@ class PolicyGuardian(Guardian):
                     facts.private_values.update(_salient_lines(text))
         if view.method == "steps/memoryContextRetrieval" and step.findings:
             facts.changed = True
+
+
+def _facts(cache: OrderedDict[_K, SessionFacts], key: _K) -> SessionFacts:
+    facts = cache.get(key)
+    if facts is None:
+        return _remember(cache, key, SessionFacts())
+    cache.move_to_end(key)
+    return facts
+
+
+def _remember(cache: OrderedDict[_K, SessionFacts], key: _K, facts: SessionFacts) -> SessionFacts:
+    cache[key] = facts
+    if len(cache) > MAX_SESSIONS:
+        cache.popitem(last=False)
+    return facts
 
 
 def _redactor(modify: Modify, facts: SessionFacts) -> Callable[[str], str]:

@@ -47,12 +47,6 @@ _reply_decoder = msgspec.json.Decoder(_Reply)
 _ping_decoder = msgspec.json.Decoder(_PingReply)
 
 
-def default_name(url: str) -> str:
-    """`host:port` of the URL: identifies the guardian without its path, userinfo or query."""
-    parsed = httpx.URL(url)
-    return f"{parsed.host}:{parsed.port}" if parsed.port else parsed.host
-
-
 class RemoteGuardian(Guardian):
     """An AOS guardian at `url`. Its rule ids come back prefixed with its `name`
     (`acme-dlp:pii.block`), so the audit trail says which guardian decided."""

@@ -35,7 +35,7 @@ from aap_server.agent import (
     ToolError,
     text_of,
 )
-from aap_server.guardian import CheckScope, FailClosed, TextScreen, check_scope
+from aap_server.guardian import CheckScope, FailClosed, TextScreen, asks_for_human, check_scope
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
@@ -92,18 +92,10 @@ def _text_or_none(value: Any) -> str | None:
 def needs_human(tool: ServerTool | None, verdict_data: dict[str, Any] | None) -> bool:
     """Whether a call must wait for a human's approval (an AAP permission request) even in a
     session that trusts the tool: the tool's AOM `a2h_policy` requires authorization, or the
-    guardian's verdict asks for it, as `requireApproval: true`, an AOM-style
-    `a2hPolicy: {"requires_authorization": true}` or an `a2hIntent` of type `AUTHORIZE`.
-    Anything truthy counts: when unsure, ask the human."""
+    guardian's verdict asks for it (`asks_for_human`)."""
     if tool is not None and tool.a2h_policy is not None and tool.a2h_policy.requires_authorization:
         return True
-    data = verdict_data or {}
-    policy, intent = data.get("a2hPolicy"), data.get("a2hIntent")
-    return (
-        bool(data.get("requireApproval"))
-        or (isinstance(policy, dict) and bool(policy.get("requires_authorization")))
-        or (isinstance(intent, dict) and intent.get("type") == "AUTHORIZE")
-    )
+    return asks_for_human(verdict_data)
 
 
 def _step_factory(
@@ -127,7 +119,7 @@ def _step_factory(
     )
 
 
-async def _checked(
+async def _check_and_record(
     guardian: FailClosed,
     request: aos.AosRequest,
     session_id: str,
@@ -283,8 +275,10 @@ class TurnRun:
         self.agent = hosted.agent
         self.store = store
         self.guardian = guardian
-        if guardian_memory is not None:  # e.g. after a restart; kept if still in memory
-            guardian.import_session(session_id, guardian_memory)
+        # The guardian's memory as last stored: taken back before each check, which costs a
+        # lookup while the guardian still holds the session (after a restart or an eviction,
+        # even mid-turn, it restores what was stored).
+        self._guardian_memory = guardian_memory
         self.session_id = session_id
         self.agent_config = agent_config
         self.client_tools = client_tools
@@ -690,7 +684,9 @@ class TurnRun:
     # --- guardian checks and their audit trail ---------------------------------------------
 
     async def _check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
-        return await _checked(
+        if self._guardian_memory is not None:
+            self.guardian.import_session(self.session_id, self._guardian_memory)
+        return await _check_and_record(
             self.guardian, request, self.session_id, self.steps.turn_id, self._audit
         )
 
@@ -704,6 +700,7 @@ class TurnRun:
         memory = self.guardian.export_session(self.session_id)
         if memory is not None:
             write = msgspec.structs.replace(write, guardian_memory=memory)
+            self._guardian_memory = memory
         await self.store.commit(self.session_id, write)
 
     async def _flush_audit(self) -> None:
@@ -807,7 +804,7 @@ async def guard_seed(
         else:
             role = "agent" if isinstance(message, AssistantMessage) else "user"
             request = steps.message(role, message.content)
-        verdict = await _checked(guardian, request, session_id, steps.turn_id, audit)
+        verdict = await _check_and_record(guardian, request, session_id, steps.turn_id, audit)
         if verdict.decision == "deny":
             logger.info(
                 "new session refused: seed message %d denied by policy (step %s, %s)",

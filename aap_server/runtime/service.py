@@ -126,7 +126,12 @@ class AapService:
             client_tools=record.tools,
             seed=seed,
         )
-        await self.store.create_session(record, seed, audit=audit)
+        await self.store.create_session(
+            record,
+            seed,
+            audit=audit,
+            guardian_memory=self.guardian.export_session(record.session_id),
+        )
         return PostSessionsResponse(session_id=record.session_id)
 
     async def _record(self, principal: Principal, session_id: str) -> SessionRecord:

@@ -112,9 +112,11 @@ class SessionStore(abc.ABC):
         seed: list[HistoryMessage],
         *,
         audit: Sequence[AuditDraft] = (),
+        guardian_memory: bytes | None = None,
     ) -> None:
-        """Store a new session with its seed history (both full and compacted) and the
-        guardian's verdicts on that seed, as the first entries of its audit trail."""
+        """Store a new session with its seed history (both full and compacted), the
+        guardian's verdicts on that seed (the first entries of its audit trail) and what the
+        guardian learned from it."""
 
     @abc.abstractmethod
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:

@@ -271,6 +271,7 @@ def _create_sync(
     row: tuple[str, str, bytes, bytes | None, bytes, int],
     seed: list[bytes],
     audit: list[AuditDraft],
+    guardian_memory: bytes | None,
 ) -> None:
     try:
         conn.execute(_INSERT_SESSION, row)
@@ -282,6 +283,8 @@ def _create_sync(
     conn.executemany(_INSERT_MESSAGE["compacted"], rows)
     if audit:
         _append_audit(conn, session_id, audit)
+    if guardian_memory is not None:
+        conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
 
 
 def _record(
@@ -388,6 +391,7 @@ class SqliteSessionStore(SessionStore):
         seed: list[HistoryMessage],
         *,
         audit: Sequence[AuditDraft] = (),
+        guardian_memory: bytes | None = None,
     ) -> None:
         encode = _ENCODER.encode
         row = (
@@ -400,7 +404,7 @@ class SqliteSessionStore(SessionStore):
         )
         messages = [encode(m) for m in seed]
         drafts = list(audit)
-        await self._write(lambda conn: _create_sync(conn, row, messages, drafts))
+        await self._write(lambda conn: _create_sync(conn, row, messages, drafts, guardian_memory))
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         row = await self._run(

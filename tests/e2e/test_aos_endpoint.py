@@ -548,3 +548,13 @@ async def test_each_verdict_is_recorded_on_the_audit_log(
     texts = [p.text for p in request.params.message.content if isinstance(p, aos.TextPart)]
     assert texts
     assert not any(text in line for text in texts)
+
+
+# A batch larger than the server takes is one invalid request (and checks nothing).
+async def test_an_oversized_batch_is_an_invalid_request(h: Harness) -> None:
+    from aap_server.api.aos_endpoint import BATCH_LIMIT
+
+    ping = {"jsonrpc": "2.0", "method": "ping", "params": {"timestamp": "2026-01-01T00:00:00Z"}}
+    batch = [{**ping, "id": number} for number in range(BATCH_LIMIT + 1)]
+    reply = json_rpc(await call(h, batch))
+    assert "at most" in assert_error_reply(reply, aos.INVALID_REQUEST, None)

@@ -142,3 +142,40 @@ async def test_what_the_guardian_learned_survives_a_restart(tmp_path: Path) -> N
         assert [e["ruleId"] for e in audit if e["decision"] == "deny"] == [
             "no-exfiltration-after-untrusted-content"
         ]
+
+
+# What the guardian learned from a session's seed history is stored with the session too.
+async def test_what_the_guardian_learned_from_the_seed_survives_a_restart(tmp_path: Path) -> None:
+    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
+    headers = {"Authorization": "Bearer key-alice"}
+    tools = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
+    seed = [
+        {"role": "user", "content": "find payroll"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "toolCallId": "c1", "name": "search_notes", "input": {}}
+            ],
+        },
+        {"role": "tool", "toolCallId": "c1", "content": "contact: alice.martin@payroll.example"},
+    ]
+    async with (
+        serve(create_app(settings, demo_agents())) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as before,
+    ):
+        created = await before.post(
+            "/sessions", json={"agent": {"name": "demo", "tools": tools}, "messages": seed}
+        )
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+
+    leak = tool_line(
+        "send_email",
+        {"to": "friend@example.com", "subject": "fyi", "body": "alice.martin@payroll.example"},
+    )
+    async with (
+        serve(create_app(settings, demo_agents())) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as after,
+    ):
+        stopped = await turn(after, session_id, leak)
+        assert "tool_use" not in json.dumps(stopped["messages"])

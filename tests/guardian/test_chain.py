@@ -161,3 +161,19 @@ def test_budget_covers_every_guardian_in_turn() -> None:
 async def test_health_marks_fail_open_guardians() -> None:
     statuses = await chain(allow("a"), allow("b"), fail_open=True).health()
     assert [s.fail_open for s in statuses] == [False, True]
+
+
+async def test_a_later_guardians_aom_request_for_a_human_stands() -> None:
+    asks = Judge(
+        lambda r: aos.AosSuccessResult(
+            decision="allow", message="ok", data={"a2hIntent": {"type": "AUTHORIZE"}}
+        )
+    )
+    informs = Judge(
+        lambda r: aos.AosSuccessResult(
+            decision="allow", message="ok", data={"a2hIntent": {"type": "INFORM"}}
+        )
+    )
+    verdict = await chain(informs, asks).check(MESSAGE)
+    assert verdict.data is not None
+    assert verdict.data["requireApproval"] is True

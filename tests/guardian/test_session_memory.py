@@ -4,8 +4,11 @@ so that a restart or an eviction forgets no taint, count or placeholder."""
 
 from __future__ import annotations
 
+import msgspec
+import pytest
+
 from aap_server import aos
-from aap_server.guardian import CheckScope, check_scope
+from aap_server.guardian import CheckScope, check_scope, policy_guardian
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.guardian.test_policy import PLACEHOLDERS, confidential_note, steps, text_of
@@ -90,3 +93,26 @@ async def test_callers_in_other_namespaces_cannot_touch_a_sessions_memory() -> N
         check_scope.reset(token)
     assert guardian.export_session("sess_1") is None
     assert (await guardian.check(leak())).decision == "allow"
+
+
+async def test_outside_callers_cannot_push_a_hosted_session_out_of_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(policy_guardian, "MAX_SESSIONS", 3)
+    guardian = PolicyGuardian(default_policy())
+    await guardian.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
+    token = check_scope.set(CheckScope(namespace="aos:acme:mallory"))
+    try:
+        for number in range(10):  # more sessions than the cache holds
+            await guardian.check(steps(f"sess_flood_{number}").message("user", "hi"))
+    finally:
+        check_scope.reset(token)
+    assert (await guardian.check(leak())).decision == "deny"
+
+
+def test_unreadable_memory_is_taken_as_tainted() -> None:
+    guardian = PolicyGuardian(default_policy())
+    guardian.import_session("sess_1", b"not what was exported")
+    memory = guardian.export_session("sess_1")
+    assert memory is not None
+    assert msgspec.json.decode(memory, type=policy_guardian.SessionMemory).untrusted_seen is True
