@@ -1,10 +1,12 @@
-"""Opaque, time-ordered, collision-free identifiers (ULID layout: 48-bit ms time + 80 bits)."""
+"""Opaque, time-ordered, collision-free identifiers (ULID layout: 48-bit ms time + 80 bits),
+and the one way the server writes the current time on the wire."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from datetime import UTC, datetime
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -45,3 +47,8 @@ _default = IdGenerator()
 def new_id(prefix: str) -> str:
     """A fresh id such as `sess_01JD…`; later calls sort after earlier ones."""
     return _default.new(prefix)
+
+
+def utc_now_iso() -> str:
+    """Now as ISO 8601 UTC with milliseconds and a `Z` (`2026-01-01T12:00:00.000Z`)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -114,15 +114,13 @@ async def harness(
     guardian: ScriptedGuardian | None = None,
     key: str | None = "key-alice",
 ) -> AsyncIterator[Harness]:
-    guardian = guardian or ScriptedGuardian()
-    settings = settings or Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
-    app = create_app(settings, agents if agents is not None else demo_agents(), guardian=guardian)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with (
-        serve(app) as base_url,
-        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client,
-    ):
-        yield Harness(base_url, client, guardian)
+    """A server with `agents` (the demo agents by default), `settings` (a database in
+    `tmp_path`, the `KEYS`) and `guardian` (a fresh `ScriptedGuardian`); the client sends
+    `key` (none when None). `app_harness` yields the same with the app."""
+    async with app_harness(
+        tmp_path, agents=agents, settings=settings, guardian=guardian, key=key
+    ) as running:
+        yield running
 
 
 @pytest.fixture
@@ -154,10 +152,11 @@ async def app_harness(
     *,
     agents: Sequence[Agent] | None = None,
     settings: Settings | None = None,
+    guardian: ScriptedGuardian | None = None,
     key: str | None = "key-alice",
 ) -> AsyncIterator[AppHarness]:
     """Like `harness`, but the yielded object has `.app` (its `app.state.service` etc.)."""
-    guardian = ScriptedGuardian()
+    guardian = guardian or ScriptedGuardian()
     settings = settings or Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
     app = create_app(settings, agents if agents is not None else demo_agents(), guardian=guardian)
     headers = {"Authorization": f"Bearer {key}"} if key else {}

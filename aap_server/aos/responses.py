@@ -1,6 +1,6 @@
 """AOS 0.1 §5 responses, §3.12-§3.13 JSON-RPC envelopes and §6 error codes."""
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Generic, Literal, TypeVar
 
 from aap_server.aos.base import AosStruct
 from aap_server.aos.methods import AosRequest
@@ -110,10 +110,14 @@ class JsonRpcRequest(AosStruct, frozen=True, kw_only=True):
     params: Any = None
 
 
-class JsonRpcResponse(AosStruct, frozen=True, kw_only=True):
-    """§3.12.2 JSONRPCResponse, result-agnostic: ``result`` is left undecoded (``Any``)."""
+ResultT = TypeVar("ResultT")
+
+
+class JsonRpcResponse(AosStruct, Generic[ResultT], frozen=True, kw_only=True):
+    """§3.12.2 JSONRPCResponse, success or error. ``JsonRpcResponse[AosSuccessResult]``
+    decodes ``result`` as that type; unparametrized it is left undecoded (``Any``)."""
 
     jsonrpc: Literal["2.0"]
     id: str | int | None = None
-    result: Any = None
+    result: ResultT | None = None
     error: JsonRpcError | None = None

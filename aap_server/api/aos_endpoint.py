@@ -40,7 +40,6 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -66,7 +65,9 @@ from aap_server.aos import (
 )
 from aap_server.api.auth import provide_principal, require_principal
 from aap_server.api.openapi import AOS_PATH, ERROR_RESPONSES
-from aap_server.guardian import CheckScope, FailClosed, Guardian, check_scope
+from aap_server.guardian import CheckScope, FailClosed, check_scope
+from aap_server.ids import utc_now_iso
+from aap_server.runtime import AapService
 
 logger = logging.getLogger("aap_server.api.aos")
 
@@ -163,10 +164,8 @@ class AosDispatcher:
     """JSON-RPC 2.0 over one guardian: raw request body in, raw response body out (or `None`
     when nothing is to be answered). Knows nothing of HTTP."""
 
-    def __init__(
-        self, guardian: Guardian, timeout_seconds: float, version: str, namespace: str
-    ) -> None:
-        self.guardian = FailClosed(guardian, timeout_seconds)
+    def __init__(self, guardian: FailClosed, version: str, namespace: str) -> None:
+        self.guardian = guardian
         self.version = version
         self.scope = CheckScope(namespace=namespace)
 
@@ -287,8 +286,7 @@ class AosDispatcher:
         audit_logger.info("%s", _encoder.encode(record).decode())
 
     def _ping(self) -> PingResult:
-        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        return PingResult(status="connected", version=self.version, timestamp=now)
+        return PingResult(status="connected", version=self.version, timestamp=utc_now_iso())
 
     @staticmethod
     def _encode(reply: Reply) -> bytes:
@@ -315,9 +313,8 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     error (HTTP 200), never a 400."""
     state = request.app.state
     principal = await provide_principal(request)
-    dispatcher = AosDispatcher(
-        state.guardian, state.guardian_budget_seconds, state.version, f"aos:{principal.owner}"
-    )
+    service: AapService = state.service  # its guardian: the turn engine's, as it fails closed
+    dispatcher = AosDispatcher(service.guardian, state.version, f"aos:{principal.owner}")
     answer = await dispatcher.handle(await request.body())
     if answer is None:
         return Response(b"", status_code=HTTP_204_NO_CONTENT)

@@ -142,8 +142,7 @@ def create_app(
             {
                 "settings": settings,
                 "service": service,
-                "guardian": guardian,  # unwrapped; each caller wraps it in FailClosed
-                "guardian_budget_seconds": guardian_budget,  # ... with this timeout
+                "guardian": guardian,  # for GET /health; checks go through the service's
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }

@@ -189,7 +189,7 @@ async def checked(
         return GuardianUnavailable("guardian.malformed", "guardian returned a malformed verdict")
     if verdict.decision == "modify" and verdict.modified_request is None:
         return GuardianUnavailable("guardian.malformed", "modify verdict without modifiedRequest")
-    if verdict.modified_request is not None and verdict.modified_request.method != (request.method):
+    if verdict.modified_request is not None and verdict.modified_request.method != request.method:
         return GuardianUnavailable("guardian.malformed", "modifiedRequest changes the method")
     return verdict
 

@@ -73,15 +73,16 @@ def _normalized(request: aos.AosRequest) -> aos.AosRequest:
     return request
 
 
-def texts_of(request: aos.AosRequest) -> list[str]:
+def _texts(normalized: aos.AosRequest) -> list[str]:
+    """Every string of a normalized request's content, in order."""
     found: list[str] = []
 
     def collect(text: str) -> str:
         found.append(text)
         return text
 
-    document = msgspec.to_builtins(_normalized(request))
-    for path in CONTENT_PATHS[request.method]:
+    document = msgspec.to_builtins(normalized)
+    for path in CONTENT_PATHS[normalized.method]:
         _walk(document, path, collect)
     return found
 
@@ -96,7 +97,8 @@ def rewrite(request: aos.AosRequest, change: Callable[[str], str]) -> aos.AosReq
 
 
 def view_of(request: aos.AosRequest) -> StepView:
-    params: Any = _normalized(request).params
+    normalized = _normalized(request)
+    params: Any = normalized.params
     context: aos.StepContext | None = getattr(params, "context", None)
     role = tool = execution_id = None
     arguments: dict[str, Any] = {}
@@ -117,5 +119,5 @@ def view_of(request: aos.AosRequest) -> StepView:
         tool=tool,
         execution_id=execution_id,
         arguments=arguments,
-        texts=texts_of(request),
+        texts=_texts(normalized),
     )

@@ -132,25 +132,22 @@ class Policy(_Strict, frozen=True):
     hash: str = ""
 
 
-def _known_detector_patterns() -> set[str]:
-    from aap_server.guardian.detectors import detector_ids
-
-    return set(detector_ids())
-
-
-def _check_names(rule: Rule, index: int, field: str, patterns: list[str], known: set[str]) -> None:
+def _check_names(where: str, field: str, patterns: list[str], known: list[str]) -> None:
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in known):
             raise PolicyError(
-                f"rules[{index}] (id {rule.id!r}): {field}: {pattern!r} names no known "
-                f"detector (known: {', '.join(sorted(known))})"
+                f"{where}: {field}: {pattern!r} names no known detector (known: {', '.join(known)})"
             )
 
 
 def validate(policy: Policy) -> Policy:
     """Cross-field checks msgspec's schema cannot express."""
     seen: set[str] = set()
-    detectors = _known_detector_patterns()
+    # Imported here: the CLI imports this module for `PolicyError` alone, and should not pay
+    # for compiling every detector pattern unless a policy is actually checked.
+    from aap_server.guardian.detectors import detector_ids
+
+    detectors = detector_ids()
     for index, rule in enumerate(policy.rules):
         where = f"rules[{index}] (id {rule.id!r})"
         if not rule.id.strip():
@@ -170,10 +167,10 @@ def validate(policy: Policy) -> Policy:
                     f"{where}: match.method: unknown AOS method {method!r} "
                     f"(one of {', '.join(AOS_METHODS)})"
                 )
-        _check_names(rule, index, "match.detectors", rule.match.detectors or [], detectors)
+        _check_names(where, "match.detectors", rule.match.detectors or [], detectors)
         if rule.modify is not None:
-            _check_names(rule, index, "modify.redact", rule.modify.redact, detectors)
-            _check_names(rule, index, "modify.restore", rule.modify.restore, detectors)
+            _check_names(where, "modify.redact", rule.modify.redact, detectors)
+            _check_names(where, "modify.restore", rule.modify.restore, detectors)
         for arg_index, argument in enumerate(rule.match.arguments or []):
             given = [
                 argument.equals is not None,

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import msgspec
 
 from aap_server import aos
+from aap_server.guardian.base import asks_for_human
 from aap_server.guardian.policy import Policy, PolicyError
 from aap_server.guardian.policy_guardian import PolicyGuardian
 
@@ -73,7 +74,8 @@ async def _run(policy: Policy, cases: list[Case]) -> list[CaseResult]:
     for index, case in enumerate(cases):
         verdict = await guardian.check(_request(case, index))
         data = verdict.data or {}
-        got = "require_approval" if data.get("requireApproval") else verdict.decision
+        # Read as the runtime reads it, so a case expects what a turn would do.
+        got = "require_approval" if asks_for_human(data) else verdict.decision
         rule = data.get("ruleId") if isinstance(data.get("ruleId"), str) else None
         passed = got == case.expect and (case.rule is None or rule == case.rule)
         detail = (

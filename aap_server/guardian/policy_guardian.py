@@ -122,7 +122,7 @@ class SessionFacts:
         facts.untrusted_seen = stored.untrusted_seen
         facts.untrusted_values.update(stored.untrusted_values)
         facts.private_values.update(stored.private_values)
-        facts.originals = {p: (d, v) for p, (d, v) in stored.originals.items()}
+        facts.originals = dict(stored.originals)
         facts.placeholders = {value: p for p, (_, value) in facts.originals.items()}
         facts.counters = dict(stored.counters)
         return facts
@@ -212,21 +212,31 @@ def _argument_holds(condition: ArgumentMatch, arguments: dict[str, Any]) -> bool
 class _Step:
     """One step under evaluation: its view, findings (computed once) and session facts."""
 
-    def __init__(self, request: aos.AosRequest, facts: SessionFacts, policy: Policy) -> None:
+    def __init__(
+        self, request: aos.AosRequest, view: StepView, facts: SessionFacts, policy: Policy
+    ) -> None:
         self.request = request
-        self.view: StepView = view_of(request)
+        self.view = view
         self.facts = facts
         self.policy = policy
         self._findings: list[Finding] | None = None
+        self._scans: dict[str, list[Finding]] = {}
+
+    def scan(self, text: str) -> list[Finding]:
+        """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
+        found = self._scans.get(text)
+        if found is None:
+            found = self._scans[text] = scan_all(text)
+        return found
 
     @property
     def findings(self) -> list[Finding]:
         """Detector hits in the step's content; for egress tools also URLs outside the
         policy's allowed domains (or inside its denied ones)."""
         if self._findings is None:
-            found = [f for text in self.view.texts for f in scan_all(text)]
-            egress = self.policy.egress
-            if self.is_egress() and (egress.allow_domains is not None or egress.deny_domains):
+            found = [f for text in self.view.texts for f in self.scan(text)]
+            if self.is_egress():
+                egress = self.policy.egress
                 for text in self.view.texts:
                     found.extend(check_egress(text, egress.allow_domains, egress.deny_domains))
             self._findings = found
@@ -324,13 +334,14 @@ class PolicyGuardian(Guardian):
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         policy = self.policy
         scope = check_scope.get()
-        named = getattr(getattr(request.params, "context", None), "session", None)
-        session_id = (named.id if named is not None else scope.session_id) or ""
+        view = view_of(request)
+        # MCP and A2A params name no session: the caller's scope does (see `CheckScope`).
+        session_id = (view.session_id if view.session_id is not None else scope.session_id) or ""
         if scope.namespace:
             facts = _facts(self._outside, (scope.namespace, session_id))
         else:
             facts = _facts(self._hosted, session_id)
-        step = _Step(request, facts, policy)
+        step = _Step(request, view, facts, policy)
         if step.view.turn_id is not None and step.view.turn_id != facts.turn_id:
             facts.turn_id = step.view.turn_id
             facts.calls_in_turn = 0
@@ -350,7 +361,7 @@ class PolicyGuardian(Guardian):
         return verdict
 
     def _decide(self, step: _Step, matching: list[Rule]) -> aos.AosSuccessResult:
-        policy = self.policy
+        policy = step.policy
         base = {
             "policyHash": policy.hash,
             "findings": sorted({f.detector for f in step.findings}) if matching else [],
@@ -391,7 +402,7 @@ class PolicyGuardian(Guardian):
         for rule in rules:
             assert rule.modify is not None
             if rule.modify.redact:
-                request = rewrite(request, _redactor(rule.modify, step.facts))
+                request = rewrite(request, _redactor(rule.modify, step))
             if rule.modify.restore:
                 request = rewrite(request, _restorer(rule.modify.restore, step.facts))
         return request if request != step.request else None
@@ -443,14 +454,14 @@ def _remember(cache: OrderedDict[_K, SessionFacts], key: _K, facts: SessionFacts
     return facts
 
 
-def _redactor(modify: Modify, facts: SessionFacts) -> Callable[[str], str]:
+def _redactor(modify: Modify, step: _Step) -> Callable[[str], str]:
     """Replaces the findings of `modify.redact` detectors in a text, right to left."""
 
     def redact(text: str) -> str:
-        hits = [f for f in scan_all(text) if _names_match(modify.redact, f.detector)]
+        hits = [f for f in step.scan(text) if _names_match(modify.redact, f.detector)]
         for finding in sorted(hits, key=lambda f: f.start, reverse=True):
             if modify.style == "placeholder":
-                new = facts.placeholder(finding)
+                new = step.facts.placeholder(finding)
             elif modify.style == "mask":
                 new = "*" * (finding.end - finding.start)
             else:

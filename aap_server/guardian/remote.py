@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
-from typing import Literal
 
 import httpx
 import msgspec
@@ -20,31 +18,17 @@ from aap_server.aos import (
     AosRequest,
     AosSuccessResult,
     JsonRpcError,
+    JsonRpcResponse,
     PingParams,
     PingRequest,
     PingResult,
 )
 from aap_server.guardian.base import Guardian, GuardianStatus, GuardianUnavailable
-from aap_server.ids import new_id
-
-
-class _Reply(msgspec.Struct):
-    jsonrpc: Literal["2.0"]
-    id: str | int | None = None
-    result: AosSuccessResult | None = None
-    error: JsonRpcError | None = None
-
-
-class _PingReply(msgspec.Struct):
-    jsonrpc: Literal["2.0"]
-    id: str | int | None = None
-    result: PingResult | None = None
-    error: JsonRpcError | None = None
-
+from aap_server.ids import new_id, utc_now_iso
 
 _encoder = msgspec.json.Encoder()
-_reply_decoder = msgspec.json.Decoder(_Reply)
-_ping_decoder = msgspec.json.Decoder(_PingReply)
+_reply_decoder = msgspec.json.Decoder(JsonRpcResponse[AosSuccessResult])
+_ping_decoder = msgspec.json.Decoder(JsonRpcResponse[PingResult])
 
 
 class RemoteGuardian(Guardian):
@@ -87,8 +71,7 @@ class RemoteGuardian(Guardian):
 
     async def health(self) -> list[GuardianStatus]:
         started = time.perf_counter()
-        now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        ping = PingRequest(id=new_id("ping_"), params=PingParams(timestamp=now))
+        ping = PingRequest(id=new_id("ping_"), params=PingParams(timestamp=utc_now_iso()))
         try:
             async with asyncio.timeout(self.timeout_seconds):
                 reply = _ping_decoder.decode(await self._post(_encoder.encode(ping)))

@@ -40,10 +40,8 @@ class WindowScreen(TextScreen):
         hits = scan_all(text, self.categories)
         starts = [f.start for f in hits]
         starts.extend(i for i in (text.find(o) for o in _OPENINGS) if i >= 0)
-        if starts and min(starts) < len(text):
-            first = min(starts)
-            if first < cut:
-                cut = first
+        if starts:
+            cut = min(cut, *starts)
             self._stopped = True
         released, self._held = text[:cut], text[cut:]
         return released

@@ -36,7 +36,7 @@ from aap_server.agent import (
     text_of,
 )
 from aap_server.guardian import CheckScope, FailClosed, TextScreen, asks_for_human, check_scope
-from aap_server.ids import new_id
+from aap_server.ids import new_id, utc_now_iso
 from aap_server.protocol import (
     AgentConfig,
     AssistantMessage,
@@ -68,7 +68,6 @@ from aap_server.runtime.steps import (
     StepFactory,
     aos_agent,
     content_of_outputs,
-    now_iso,
     parts_to_blocks,
     simplify,
     tool_definition,
@@ -119,37 +118,53 @@ def _step_factory(
     )
 
 
-async def _check_and_record(
-    guardian: FailClosed,
-    request: aos.AosRequest,
-    session_id: str,
-    turn_id: str,
-    audit: list[AuditDraft],
-) -> aos.AosSuccessResult:
-    """Ask the guardian about a step of `session_id`; note the verdict in `audit` (written
-    with the next step, so recording costs no extra trip to the database)."""
-    started = time.perf_counter_ns()
-    # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
-    token = check_scope.set(CheckScope(session_id=session_id))
-    try:
-        verdict = await guardian.check(request)
-    finally:
-        check_scope.reset(token)
-    data = verdict.data or {}
-    audit.append(
-        AuditDraft(
-            turn_id=turn_id,
-            step_id=str(request.id),
-            method=request.method,
-            decision=verdict.decision,
-            reason_codes=list(verdict.reason_code or []),
-            latency_us=(time.perf_counter_ns() - started) // 1000,
-            at=now_iso(),
-            rule_id=_text_or_none(data.get("ruleId")),
-            policy_hash=_text_or_none(data.get("policyHash")),
+class _GuardianChecks:
+    """The guardian's checks of one session's steps, and their verdicts kept for the audit
+    trail until they are written with the next step (so recording costs no extra trip to
+    the database)."""
+
+    def __init__(
+        self, guardian: FailClosed, session_id: str, turn_id: str, memory: bytes | None = None
+    ) -> None:
+        self.guardian = guardian
+        self.session_id = session_id
+        self.turn_id = turn_id
+        # The guardian's memory of the session as last stored: taken back before each check,
+        # which costs a lookup while the guardian still holds the session (after a restart or
+        # an eviction, even mid-turn, it restores what was stored).
+        self.memory = memory
+        self._audit: list[AuditDraft] = []
+
+    async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        if self.memory is not None:
+            self.guardian.import_session(self.session_id, self.memory)
+        started = time.perf_counter_ns()
+        # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
+        token = check_scope.set(CheckScope(session_id=self.session_id))
+        try:
+            verdict = await self.guardian.check(request)
+        finally:
+            check_scope.reset(token)
+        data = verdict.data or {}
+        self._audit.append(
+            AuditDraft(
+                turn_id=self.turn_id,
+                step_id=str(request.id),
+                method=request.method,
+                decision=verdict.decision,
+                reason_codes=list(verdict.reason_code or []),
+                latency_us=(time.perf_counter_ns() - started) // 1000,
+                at=utc_now_iso(),
+                rule_id=_text_or_none(data.get("ruleId")),
+                policy_hash=_text_or_none(data.get("policyHash")),
+            )
         )
-    )
-    return verdict
+        return verdict
+
+    def take_audit(self) -> list[AuditDraft]:
+        """The verdicts not yet written, handed over to the write that records them."""
+        drafts, self._audit = self._audit, []
+        return drafts
 
 
 def _modified_content(verdict: aos.AosSuccessResult, original: Content) -> Content:
@@ -163,6 +178,13 @@ def _modified_result(verdict: aos.AosSuccessResult, original: Content) -> Conten
     modified = verdict.modified_request
     if isinstance(modified, aos.ToolCallResultStep):
         return content_of_outputs(modified.params.effective_result.outputs)
+    return original
+
+
+def _modified_input(verdict: aos.AosSuccessResult, original: dict[str, Any]) -> dict[str, Any]:
+    modified = verdict.modified_request
+    if isinstance(modified, aos.ToolCallRequestStep):
+        return {arg.name: arg.value for arg in modified.params.tool_call_request.inputs}
     return original
 
 
@@ -275,10 +297,6 @@ class TurnRun:
         self.agent = hosted.agent
         self.store = store
         self.guardian = guardian
-        # The guardian's memory as last stored: taken back before each check, which costs a
-        # lookup while the guardian still holds the session (after a restart or an eviction,
-        # even mid-turn, it restores what was stored).
-        self._guardian_memory = guardian_memory
         self.session_id = session_id
         self.agent_config = agent_config
         self.client_tools = client_tools
@@ -299,12 +317,12 @@ class TurnRun:
             turn_id=turn_id,
             principal=principal,
         )
+        self.checks = _GuardianChecks(guardian, session_id, turn_id, guardian_memory)
         self.context = compacted
         self.state = TurnState(state)
         self.tool_context = _GuardedToolContext(self)
         self._refused = False
         self._granted: list[PendingToolCall] = []
-        self._audit: list[AuditDraft] = []
 
     # --- the turn ---------------------------------------------------------------------------
 
@@ -342,7 +360,7 @@ class TurnRun:
     def _config_write(self, **fields: Any) -> StepWrite:
         """The input step's write: with it go config overrides and the turn's compaction."""
         fields.setdefault("compaction", self._compaction)
-        fields.setdefault("audit", self._take_audit())
+        fields.setdefault("audit", self.checks.take_audit())
         if self.config_changed:
             fields.setdefault("agent", self.agent_config)
             fields.setdefault("tools", self.client_tools)
@@ -360,7 +378,7 @@ class TurnRun:
         accepted = list(expired)
         for message in self.messages:
             assert isinstance(message, UserMessage)
-            verdict = await self._check(self.steps.message("user", message.content))
+            verdict = await self.checks.check(self.steps.message("user", message.content))
             if verdict.decision == "deny":
                 write = self._config_write(full=expired, compacted=expired, pending=resolved)
                 await self._store(write)
@@ -445,7 +463,7 @@ class TurnRun:
 
         blocks = _message_blocks(thinking.whole, text.whole)
         if blocks:
-            verdict = await self._check(self.steps.message("agent", blocks))
+            verdict = await self.checks.check(self.steps.message("agent", blocks))
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":
@@ -484,13 +502,13 @@ class TurnRun:
             refusal = self._unavailable(call.name)
             needs_approval = False
             if refusal is None:
-                verdict = await self._check(
+                verdict = await self.checks.check(
                     self.steps.tool_call_request(call_id, call.name, tool_input)
                 )
                 if verdict.decision == "deny":
                     refusal = f"Tool call denied by policy: {verdict.message}"
                 elif verdict.decision == "modify":
-                    tool_input = self._modified_input(verdict, tool_input)
+                    tool_input = _modified_input(verdict, tool_input)
                 # The tool or the guardian may ask for a human: the call then waits for the
                 # client's permission even if the session trusts the tool (DESIGN; AOM A2H).
                 tool = self.hosted.tools_by_name.get(call.name)
@@ -594,7 +612,7 @@ class TurnRun:
             return f"Error: tool {call.name!r} failed", True
 
     async def _guard_tool_result(self, call_id: str, content: Content, is_error: bool) -> Content:
-        verdict = await self._check(self.steps.tool_call_result(call_id, content, is_error))
+        verdict = await self.checks.check(self.steps.tool_call_result(call_id, content, is_error))
         if verdict.decision == "deny":
             return WITHHELD
         if verdict.decision == "modify":
@@ -610,7 +628,7 @@ class TurnRun:
         items = await memory.recall(self.state)
         if not items:
             return []
-        verdict = await self._check(self.steps.memory_context(items))
+        verdict = await self.checks.check(self.steps.memory_context(items))
         if verdict.decision == "deny":
             return []
         if verdict.decision == "modify" and isinstance(
@@ -623,7 +641,7 @@ class TurnRun:
         memory = self.agent.memory
         if memory is None or not items:
             return
-        verdict = await self._check(self.steps.memory_store(items))
+        verdict = await self.checks.check(self.steps.memory_store(items))
         if verdict.decision == "deny":
             return
         if verdict.decision == "modify" and isinstance(
@@ -639,7 +657,7 @@ class TurnRun:
         if knowledge is None:
             return []
         items = await knowledge.retrieve(query, keywords)
-        verdict = await self._check(self.steps.knowledge_retrieval(query, keywords, items))
+        verdict = await self.checks.check(self.steps.knowledge_retrieval(query, keywords, items))
         if verdict.decision == "deny":
             return []
         if verdict.decision == "modify" and isinstance(
@@ -663,7 +681,7 @@ class TurnRun:
             request: aos.AosRequest = self.steps.mcp(message, direction)
         else:
             request = self.steps.a2a(message, direction)
-        verdict = await self._check(request)
+        verdict = await self.checks.check(request)
         if verdict.decision == "deny":
             raise StepDeniedError(verdict.message)
         modified = verdict.modified_request
@@ -681,18 +699,7 @@ class TurnRun:
         self.context[: plan.drop] = plan.replacement
         return Compaction(drop=plan.drop, replacement=plan.replacement)
 
-    # --- guardian checks and their audit trail ---------------------------------------------
-
-    async def _check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
-        if self._guardian_memory is not None:
-            self.guardian.import_session(self.session_id, self._guardian_memory)
-        return await _check_and_record(
-            self.guardian, request, self.session_id, self.steps.turn_id, self._audit
-        )
-
-    def _take_audit(self) -> list[AuditDraft]:
-        drafts, self._audit = self._audit, []
-        return drafts
+    # --- writes (each carries the verdicts not yet recorded) --------------------------------
 
     async def _store(self, write: StepWrite) -> None:
         """Every write of the turn; the guardian's memory of the session goes with it when
@@ -700,19 +707,18 @@ class TurnRun:
         memory = self.guardian.export_session(self.session_id)
         if memory is not None:
             write = msgspec.structs.replace(write, guardian_memory=memory)
-            self._guardian_memory = memory
+            self.checks.memory = memory
         await self.store.commit(self.session_id, write)
 
     async def _flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
-        if not self._audit:
+        audit = self.checks.take_audit()
+        if not audit:
             return
         try:
-            await self._store(StepWrite(audit=self._take_audit()))
+            await self._store(StepWrite(audit=audit))
         except Exception:
             logger.exception("could not record the audit trail of turn %s", self.steps.turn_id)
-
-    # --- helpers ----------------------------------------------------------------------------
 
     async def _commit(
         self,
@@ -725,17 +731,10 @@ class TurnRun:
             compacted=compacted,
             pending=pending,
             state=self.state.take_changes(),
-            audit=self._take_audit(),
+            audit=self.checks.take_audit(),
         )
         await self._store(write)
         self.context.extend(compacted)
-
-    @staticmethod
-    def _modified_input(verdict: aos.AosSuccessResult, original: dict[str, Any]) -> dict[str, Any]:
-        modified = verdict.modified_request
-        if isinstance(modified, aos.ToolCallRequestStep):
-            return {arg.name: arg.value for arg in modified.params.tool_call_request.inputs}
-        return original
 
 
 class _GuardedToolContext(ToolContext):
@@ -795,7 +794,7 @@ async def guard_seed(
         turn_id=new_id("seed_"),  # the seed is no turn; its verdicts read as such in the audit
         principal=principal,
     )
-    audit: list[AuditDraft] = []
+    checks = _GuardianChecks(guardian, session_id, steps.turn_id)
     guarded: list[HistoryMessage] = []
     for index, message in enumerate(seed):
         request: aos.AosRequest
@@ -804,7 +803,7 @@ async def guard_seed(
         else:
             role = "agent" if isinstance(message, AssistantMessage) else "user"
             request = steps.message(role, message.content)
-        verdict = await _check_and_record(guardian, request, session_id, steps.turn_id, audit)
+        verdict = await checks.check(request)
         if verdict.decision == "deny":
             logger.info(
                 "new session refused: seed message %d denied by policy (step %s, %s)",
@@ -826,4 +825,4 @@ async def guard_seed(
                 content = text_of(content)  # a system message holds plain text only
             message = msgspec.structs.replace(message, content=content)
         guarded.append(message)
-    return guarded, audit
+    return guarded, checks.take_audit()

@@ -56,6 +56,10 @@ def _invalid_cursor() -> InvalidRequestError:
     )
 
 
+def _session_not_found(session_id: str) -> NotFoundError:
+    return NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+
+
 class Turn:
     """A started turn: its events, already past `turn_start`, arrive through a queue that the
     turn's own task fills, so a client that goes away does not stop the turn."""
@@ -137,7 +141,7 @@ class AapService:
     async def _record(self, principal: Principal, session_id: str) -> SessionRecord:
         record = await self.store.get_session(session_id, principal.owner)
         if record is None:
-            raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+            raise _session_not_found(session_id)
         return record
 
     def _hosted(self, record: SessionRecord) -> HostedAgent:
@@ -171,21 +175,23 @@ class AapService:
     async def delete_session(self, principal: Principal, session_id: str) -> None:
         """Deletes the session, unless a turn is running on it (409, like a second turn:
         the running turn would otherwise fail half-way writing into a session that is gone)."""
-        if session_id in self._active or session_id in self._deleting:
-            await self._record(principal, session_id)  # not yours: 404, whatever it is doing
-            self._raise_busy(session_id)
+        await self._refuse_if_busy(principal, session_id)
         self._deleting.add(session_id)  # no turn may start while the rows go
         try:
             deleted = await self.store.delete_session(session_id, principal.owner)
         finally:
             self._deleting.discard(session_id)
         if not deleted:
-            raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+            raise _session_not_found(session_id)
 
-    def _raise_busy(self, session_id: str) -> None:
+    async def _refuse_if_busy(self, principal: Principal, session_id: str) -> None:
+        """409 while a turn runs on the session; 404 while it is being deleted."""
+        if session_id not in self._active and session_id not in self._deleting:
+            return
+        await self._record(principal, session_id)  # not yours: 404, whatever it is doing
         active = self._active.get(session_id)
         if active is None:  # being deleted
-            raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+            raise _session_not_found(session_id)
         raise ConflictError(
             f"session {session_id!r} is running turn {active}; one turn at a time",
             code="turn_in_progress",
@@ -228,9 +234,7 @@ class AapService:
         turn with `turn_start` queued. Every error here is raised before anything streams."""
         if not self._accepting:
             raise UnavailableError("the server is shutting down; retry shortly")
-        if session_id in self._active or session_id in self._deleting:
-            await self._record(principal, session_id)  # not yours: 404, whatever it is doing
-            self._raise_busy(session_id)
+        await self._refuse_if_busy(principal, session_id)
         # Take the lock first, then read everything the turn needs in one go: the previous
         # turn stored its results before releasing the lock, so this read is current.
         turn = Turn(new_id("turn_"), request.stream or "none")
@@ -238,7 +242,7 @@ class AapService:
         try:
             snapshot = await self.store.load_turn(session_id, principal.owner)
             if snapshot is None:
-                raise NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+                raise _session_not_found(session_id)
             hosted = self._hosted(snapshot.record)
             validate_stream_mode(hosted, turn.mode)
             validate_overrides(hosted, request.agent, request.tools)

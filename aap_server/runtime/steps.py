@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import UTC, datetime
 from typing import Any
 
 from aap_server import aos
 from aap_server.agent import Agent, KnowledgeItem
-from aap_server.ids import new_id
+from aap_server.ids import new_id, utc_now_iso
 from aap_server.protocol import (
     Content,
     ContentBlock,
@@ -182,10 +181,6 @@ def content_of_outputs(outputs: list[aos.TextPart]) -> Content:
     return blocks
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class StepFactory:
     """The AOS requests of one turn."""
 
@@ -210,7 +205,7 @@ class StepFactory:
             session=self._session,
             turn_id=self.turn_id,
             step_id=new_id("step_"),
-            timestamp=now_iso(),
+            timestamp=utc_now_iso(),
             user=self._user,
         )
 

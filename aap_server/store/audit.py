@@ -14,7 +14,11 @@ GENESIS_HASH = "0" * 64
 
 
 class AuditDraft(msgspec.Struct, frozen=True, kw_only=True):
-    """A verdict to record; the store gives it its place (`seq`) and its hash."""
+    """A verdict to record; the store gives it its place (`seq`) and its hash.
+
+    Its fields are `AuditEntry`'s less the chain (`seq`, `prev_hash`, `hash`), in the same
+    order. It stays a plain Struct of its own: `entry_hash` hashes its JSON (these snake_case
+    names, in this order), so renaming or reordering a field breaks every stored chain."""
 
     turn_id: str
     step_id: str

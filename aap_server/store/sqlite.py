@@ -251,7 +251,7 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
         conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
 
 
-def _append_audit(conn: sqlite3.Connection, session_id: str, drafts: list[AuditDraft]) -> None:
+def _append_audit(conn: sqlite3.Connection, session_id: str, drafts: Sequence[AuditDraft]) -> None:
     """Chain each entry to the last one stored (one indexed lookup, not a scan)."""
     last = conn.execute(_LAST_AUDIT, (session_id,)).fetchone()
     seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
@@ -270,7 +270,7 @@ def _create_sync(
     conn: sqlite3.Connection,
     row: tuple[str, str, bytes, bytes | None, bytes, int],
     seed: list[bytes],
-    audit: list[AuditDraft],
+    audit: Sequence[AuditDraft],
     guardian_memory: bytes | None,
 ) -> None:
     try:
@@ -403,8 +403,7 @@ class SqliteSessionStore(SessionStore):
             time.time_ns() // 1_000_000,
         )
         messages = [encode(m) for m in seed]
-        drafts = list(audit)
-        await self._write(lambda conn: _create_sync(conn, row, messages, drafts, guardian_memory))
+        await self._write(lambda conn: _create_sync(conn, row, messages, audit, guardian_memory))
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         row = await self._run(
@@ -482,9 +481,12 @@ class SqliteSessionStore(SessionStore):
                 )
             replacement = [encode(m) for m in write.compaction.replacement]
         tools = write.tools if write.replace_tools else None
+        full = [encode(m) for m in write.full]
+        # Most steps append the same message objects to both histories: encode each once.
+        encoded = {id(m): row for m, row in zip(write.full, full, strict=True)}
         step = _EncodedStep(
-            full=[encode(m) for m in write.full],
-            compacted=[encode(m) for m in write.compacted],
+            full=full,
+            compacted=[encoded.get(id(m)) or encode(m) for m in write.compacted],
             agent=None if write.agent is None else encode(write.agent),
             set_tools=write.replace_tools,
             tools=None if tools is None else encode(tools),

@@ -213,6 +213,44 @@ CLOCK = {
 }
 EMAIL = {"to": "bob@example.com", "subject": "Hi", "body": "Hello Bob"}
 
+# What the lab agents' MCP and A2A tools send to their (pretend) peers and get back.
+MCP_ANSWER = "4°C and rain in Oslo"
+A2A_ANSWER = "Table booked for 19:00"
+MCP_REQUEST: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 7,
+    "method": "tools/call",
+    "params": {"name": "forecast", "arguments": {"city": "Oslo"}},
+}
+MCP_RESPONSE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 7,
+    "result": {"content": [{"type": "text", "text": MCP_ANSWER}], "isError": False},
+}
+A2A_REQUEST: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": "b-1",
+    "method": "message/send",
+    "params": {
+        "message": {
+            "kind": "message",
+            "messageId": "m-1",
+            "role": "user",
+            "parts": [{"kind": "text", "text": "A table for two tonight"}],
+        }
+    },
+}
+A2A_RESPONSE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": "b-1",
+    "result": {
+        "kind": "message",
+        "messageId": "m-2",
+        "role": "agent",
+        "parts": [{"kind": "text", "text": A2A_ANSWER}],
+    },
+}
+
 
 # --- guardian rules -------------------------------------------------------------------------
 

@@ -49,6 +49,12 @@ def user_blocks(*blocks: Any) -> Any:
     return {"role": "user", "content": list(blocks)}
 
 
+def bad_image(url: str) -> Case:
+    """A turn whose user message holds one image with `url`, which must be refused."""
+    body = turn_with(user_blocks({"type": "image", "url": url}))
+    return Case(body, 400, "invalid_image", "messages[0].content[0].url")
+
+
 # Bodies for POST /sessions/{id}/turns on a `demo` session.
 TURN_CASES: dict[str, Case] = {
     "malformed json": Case(b'{"messages": [', 400, "invalid_json", "body"),
@@ -120,36 +126,11 @@ TURN_CASES: dict[str, Case] = {
         "duplicate_tool",
         "tools[0].name",
     ),
-    "http image url": Case(
-        turn_with(user_blocks({"type": "image", "url": "http://x.test/a.png"})),
-        400,
-        "invalid_image",
-        "messages[0].content[0].url",
-    ),
-    "ftp image url": Case(
-        turn_with(user_blocks({"type": "image", "url": "ftp://x.test/a.png"})),
-        400,
-        "invalid_image",
-        "messages[0].content[0].url",
-    ),
-    "non-base64 data uri": Case(
-        turn_with(user_blocks({"type": "image", "url": "data:image/png;base64,@@not base64@@"})),
-        400,
-        "invalid_image",
-        "messages[0].content[0].url",
-    ),
-    "data uri without base64": Case(
-        turn_with(user_blocks({"type": "image", "url": "data:image/png,rawbytes"})),
-        400,
-        "invalid_image",
-        "messages[0].content[0].url",
-    ),
-    "data uri that is not an image": Case(
-        turn_with(user_blocks({"type": "image", "url": "data:text/html;base64,PGI+"})),
-        400,
-        "invalid_image",
-        "messages[0].content[0].url",
-    ),
+    "http image url": bad_image("http://x.test/a.png"),
+    "ftp image url": bad_image("ftp://x.test/a.png"),
+    "non-base64 data uri": bad_image("data:image/png;base64,@@not base64@@"),
+    "data uri without base64": bad_image("data:image/png,rawbytes"),
+    "data uri that is not an image": bad_image("data:text/html;base64,PGI+"),
     "tool result with nothing pending": Case(
         turn_with({"role": "tool", "toolCallId": "call_1", "content": "x"}),
         400,

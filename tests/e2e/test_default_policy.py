@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -14,10 +15,16 @@ import pytest
 from aap_server.api import create_app
 from aap_server.config import Settings
 from tests.conftest import KEYS, demo_agents, serve
+from tests.e2e.guardian_helpers import tool_line
+
+TRUSTED_TOOLS = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
+SALARY = "Alice Martin, engineering lead: 98,000 EUR salary"
 
 
-@pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+@asynccontextmanager
+async def default_policy_server(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """A server on `tmp_path`'s database; yields a client for alice. Each call is a new
+    process's server (and guardian) on the same database."""
     # No guardian passed: the app builds the policy guardian with the shipped default policy.
     app = create_app(Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS), demo_agents())
     async with (
@@ -26,6 +33,12 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
             base_url=base_url, headers={"Authorization": "Bearer key-alice"}, timeout=30
         ) as http,
     ):
+        yield http
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with default_policy_server(tmp_path) as http:
         yield http
 
 
@@ -38,43 +51,25 @@ async def turn(client: httpx.AsyncClient, session_id: str, text: str) -> dict[st
     return body
 
 
-def tool_line(name: str, arguments: dict[str, str]) -> str:
-    return f"/tool {name} {json.dumps(arguments)}"
+def email_to_a_friend(body: str, subject: str = "fyi") -> str:
+    return tool_line("send_email", {"to": "friend@example.com", "subject": subject, "body": body})
 
 
 async def test_a_confidential_note_read_by_search_cannot_be_emailed_out(
     client: httpx.AsyncClient,
 ) -> None:
-    created = await client.post(
-        "/sessions",
-        json={
-            "agent": {
-                "name": "demo",
-                "tools": [
-                    {"name": "search_notes", "trust": True},
-                    {"name": "send_email", "trust": True},
-                ],
-            }
-        },
-    )
+    agent = {"name": "demo", "tools": TRUSTED_TOOLS}
+    created = await client.post("/sessions", json={"agent": agent})
     session_id = created.json()["sessionId"]
 
     found = await turn(client, session_id, tool_line("search_notes", {"query": "payroll salary"}))
-    assert "Alice Martin, engineering lead: 98,000 EUR salary" in json.dumps(found)
+    assert SALARY in json.dumps(found)
 
-    leak = tool_line(
-        "send_email",
-        {
-            "to": "friend@example.com",
-            "subject": "fyi",
-            "body": "Alice Martin, engineering lead: 98,000 EUR salary",
-        },
-    )
-    stopped = await turn(client, session_id, leak)
+    stopped = await turn(client, session_id, email_to_a_friend(SALARY))
     # The call was never emitted nor run: no tool_use, no tool result, nothing in the outbox;
     # the model was told why, and says so.
     assert "tool_use" not in json.dumps(stopped["messages"])
-    assert all(m["role"] == "assistant" for m in stopped["messages"])  # type: ignore[attr-defined, index]
+    assert all(m["role"] == "assistant" for m in stopped["messages"])  # type: ignore[attr-defined]
     assert "denied" in json.dumps(stopped["messages"])
     full = await client.get(f"/sessions/{session_id}/history", params={"type": "full"})
     assert "Queued message" not in full.text
@@ -85,10 +80,7 @@ async def test_a_confidential_note_read_by_search_cannot_be_emailed_out(
     denials = [entry for entry in audit if entry["decision"] == "deny"]
     assert [entry["ruleId"] for entry in denials] == ["no-exfiltration-after-untrusted-content"]
 
-    harmless = tool_line(
-        "send_email", {"to": "friend@example.com", "subject": "lunch", "body": "Noon?"}
-    )
-    sent = await turn(client, session_id, harmless)
+    sent = await turn(client, session_id, email_to_a_friend("Noon?", subject="lunch"))
     assert "Queued message #1" in json.dumps(sent["messages"])
 
 
@@ -113,30 +105,14 @@ async def test_delta_text_streams_through_the_default_policy_and_secrets_are_red
 # The guardian's memory of a session is stored with it: a restart between reading the
 # confidential note and trying to mail it out changes nothing.
 async def test_what_the_guardian_learned_survives_a_restart(tmp_path: Path) -> None:
-    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
-    headers = {"Authorization": "Bearer key-alice"}
-    tools = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
-    leak = tool_line(
-        "send_email",
-        {
-            "to": "friend@example.com",
-            "subject": "fyi",
-            "body": "Alice Martin, engineering lead: 98,000 EUR salary",
-        },
-    )
-    async with (
-        serve(create_app(settings, demo_agents())) as base_url,
-        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as before,
-    ):
-        created = await before.post("/sessions", json={"agent": {"name": "demo", "tools": tools}})
+    async with default_policy_server(tmp_path) as before:
+        agent = {"name": "demo", "tools": TRUSTED_TOOLS}
+        created = await before.post("/sessions", json={"agent": agent})
         session_id = created.json()["sessionId"]
         await turn(before, session_id, tool_line("search_notes", {"query": "payroll salary"}))
 
-    async with (
-        serve(create_app(settings, demo_agents())) as base_url,  # a new process's guardian
-        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as after,
-    ):
-        stopped = await turn(after, session_id, leak)
+    async with default_policy_server(tmp_path) as after:  # a new process's guardian
+        stopped = await turn(after, session_id, email_to_a_friend(SALARY))
         assert "tool_use" not in json.dumps(stopped["messages"])
         audit = (await after.get(f"/sessions/{session_id}/audit")).json()["records"]
         assert [e["ruleId"] for e in audit if e["decision"] == "deny"] == [
@@ -146,9 +122,6 @@ async def test_what_the_guardian_learned_survives_a_restart(tmp_path: Path) -> N
 
 # What the guardian learned from a session's seed history is stored with the session too.
 async def test_what_the_guardian_learned_from_the_seed_survives_a_restart(tmp_path: Path) -> None:
-    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
-    headers = {"Authorization": "Bearer key-alice"}
-    tools = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
     seed = [
         {"role": "user", "content": "find payroll"},
         {
@@ -159,23 +132,12 @@ async def test_what_the_guardian_learned_from_the_seed_survives_a_restart(tmp_pa
         },
         {"role": "tool", "toolCallId": "c1", "content": "contact: alice.martin@payroll.example"},
     ]
-    async with (
-        serve(create_app(settings, demo_agents())) as base_url,
-        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as before,
-    ):
-        created = await before.post(
-            "/sessions", json={"agent": {"name": "demo", "tools": tools}, "messages": seed}
-        )
+    async with default_policy_server(tmp_path) as before:
+        agent = {"name": "demo", "tools": TRUSTED_TOOLS}
+        created = await before.post("/sessions", json={"agent": agent, "messages": seed})
         assert created.status_code == 201, created.text
         session_id = created.json()["sessionId"]
 
-    leak = tool_line(
-        "send_email",
-        {"to": "friend@example.com", "subject": "fyi", "body": "alice.martin@payroll.example"},
-    )
-    async with (
-        serve(create_app(settings, demo_agents())) as base_url,
-        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as after,
-    ):
-        stopped = await turn(after, session_id, leak)
+    async with default_policy_server(tmp_path) as after:  # a new process's guardian
+        stopped = await turn(after, session_id, email_to_a_friend("alice.martin@payroll.example"))
         assert "tool_use" not in json.dumps(stopped["messages"])

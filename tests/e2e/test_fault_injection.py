@@ -34,6 +34,12 @@ from aap_server.guardian.remote import RemoteGuardian
 from agents.demo_tools import SEARCH_NOTES, DemoMemory, NotesKnowledge
 from tests.conftest import KEYS, Harness, ScriptedGuardian, harness
 from tests.e2e.guardian_helpers import (
+    A2A_ANSWER,
+    A2A_REQUEST,
+    A2A_RESPONSE,
+    MCP_ANSWER,
+    MCP_REQUEST,
+    MCP_RESPONSE,
     WEATHER,
     TurnResult,
     assert_well_formed,
@@ -159,10 +165,6 @@ async def _count(arguments: dict[str, Any], ctx: ToolContext) -> str:
     return f"run #{runs}"
 
 
-MCP_ANSWER = "4°C and rain in Oslo"
-A2A_ANSWER = "Table booked for 19:00"
-
-
 def _protocol_tool(
     name: str,
     channel: Callable[
@@ -193,41 +195,15 @@ def _protocol_tool(
 MCP_TOOL = _protocol_tool(
     "mcp_forecast",
     lambda ctx: (ctx.mcp_send, ctx.mcp_receive),
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "forecast", "arguments": {"city": "Oslo"}},
-    },
-    {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": MCP_ANSWER}]}},
+    MCP_REQUEST,
+    MCP_RESPONSE,
     lambda used: str(used["result"]["content"][0]["text"]),
 )
 A2A_TOOL = _protocol_tool(
     "a2a_booking",
     lambda ctx: (ctx.a2a_send, ctx.a2a_receive),
-    {
-        "jsonrpc": "2.0",
-        "id": "b-1",
-        "method": "message/send",
-        "params": {
-            "message": {
-                "kind": "message",
-                "messageId": "m-1",
-                "role": "user",
-                "parts": [{"kind": "text", "text": "A table for two tonight"}],
-            }
-        },
-    },
-    {
-        "jsonrpc": "2.0",
-        "id": "b-1",
-        "result": {
-            "kind": "message",
-            "messageId": "m-2",
-            "role": "agent",
-            "parts": [{"kind": "text", "text": A2A_ANSWER}],
-        },
-    },
+    A2A_REQUEST,
+    A2A_RESPONSE,
     lambda used: str(used["result"]["parts"][0]["text"]),
 )
 

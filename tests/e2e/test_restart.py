@@ -42,6 +42,21 @@ def wal_is_empty(db: Path) -> bool:
     return not wal.exists() or wal.stat().st_size == 0
 
 
+async def start_turn_and_hang_up(base_url: str, text: str) -> str:
+    """Create a `demo` session, start a delta turn saying `text`, and hang up as soon as the
+    turn has started (the turn keeps running on the server). Returns the session id."""
+    async with httpx.AsyncClient(base_url=base_url, headers=ALICE, timeout=5) as client:
+        created = await client.post("/sessions", json={"agent": {"name": "demo"}})
+        session_id: str = created.json()["sessionId"]
+        async with client.stream(
+            "POST", f"/sessions/{session_id}/turns", json=say(text, stream="delta")
+        ) as response:
+            async for line in response.aiter_lines():
+                if line == "event: turn_start":
+                    break
+    return session_id
+
+
 # DESIGN "Decisions" (append-only SQLite history): a new process on the same database file
 # serves the same sessions and history, and the conversation continues.
 async def test_sessions_and_history_survive_a_restart(tmp_path: Path) -> None:
@@ -146,17 +161,7 @@ async def test_shutdown_drains_a_turn_whose_client_has_gone(tmp_path: Path) -> N
     app = create_app(settings_for(db), demo_agents(), guardian=ScriptedGuardian())
     service: AapService = app.state.service
     async with serve(app) as base_url:
-        async with httpx.AsyncClient(base_url=base_url, headers=ALICE, timeout=5) as client:
-            created = await client.post("/sessions", json={"agent": {"name": "demo"}})
-            session_id = created.json()["sessionId"]
-            async with client.stream(
-                "POST",
-                f"/sessions/{session_id}/turns",
-                json=say("/sleep 0.5\nunattended", stream="delta"),
-            ) as response:
-                async for line in response.aiter_lines():
-                    if line == "event: turn_start":
-                        break
+        session_id = await start_turn_and_hang_up(base_url, "/sleep 0.5\nunattended")
         assert service._tasks  # the turn is still running, with nobody listening
     assert not service._tasks
     async with harness(tmp_path, settings=settings_for(db)) as h:
@@ -176,17 +181,7 @@ async def test_a_turn_outlasting_the_grace_period_is_stopped(tmp_path: Path) -> 
     service: AapService = app.state.service
     stop_asked = 0.0
     async with serve(app) as base_url:
-        async with httpx.AsyncClient(base_url=base_url, headers=ALICE, timeout=5) as client:
-            created = await client.post("/sessions", json={"agent": {"name": "demo"}})
-            session_id = created.json()["sessionId"]
-            async with client.stream(
-                "POST",
-                f"/sessions/{session_id}/turns",
-                json=say("/sleep 10\nnever", stream="delta"),
-            ) as response:
-                async for line in response.aiter_lines():
-                    if line == "event: turn_start":
-                        break
+        session_id = await start_turn_and_hang_up(base_url, "/sleep 10\nnever")
         stop_asked = time.monotonic()
     assert time.monotonic() - stop_asked < 1.5
     assert not service._tasks

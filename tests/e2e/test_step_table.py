@@ -42,6 +42,10 @@ from agents.demo_model import DemoModel
 from agents.demo_tools import SEARCH_NOTES, DemoMemory, NotesKnowledge
 from tests.conftest import KEYS, Harness, ScriptedGuardian, harness
 from tests.e2e.guardian_helpers import (
+    A2A_REQUEST,
+    A2A_RESPONSE,
+    MCP_REQUEST,
+    MCP_RESPONSE,
     WEATHER,
     TurnResult,
     assert_well_formed,
@@ -142,42 +146,6 @@ class TracingMemory(Memory):
     async def remember(self, state: AgentState, items: list[str]) -> None:
         self.tracer.note("memory stores")
         await self.inner.remember(state, items)
-
-
-MCP_REQUEST: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 7,
-    "method": "tools/call",
-    "params": {"name": "forecast", "arguments": {"city": "Oslo"}},
-}
-MCP_RESPONSE: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 7,
-    "result": {"content": [{"type": "text", "text": "4°C and rain"}], "isError": False},
-}
-A2A_REQUEST: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": "b-1",
-    "method": "message/send",
-    "params": {
-        "message": {
-            "kind": "message",
-            "messageId": "m-1",
-            "role": "user",
-            "parts": [{"kind": "text", "text": "A table for two tonight"}],
-        }
-    },
-}
-A2A_RESPONSE: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": "b-1",
-    "result": {
-        "kind": "message",
-        "messageId": "m-2",
-        "role": "agent",
-        "parts": [{"kind": "text", "text": "Booked for 19:00"}],
-    },
-}
 
 
 def _tools(tracer: Tracer) -> list[ServerTool]:

@@ -278,10 +278,11 @@ _MAX_DEPTH = 2
 def _flagged_when_decoded(decoded: str, depth: int) -> bool:
     """True when decoded text contains an override phrase or role markup (or, nested, an
     encoded blob that does)."""
-    lower = TextViews(decoded).lower
+    views = TextViews(decoded)
+    lower = views.lower
     if _override_matches(lower, 0, len(lower)) or _role_spoofs(decoded, lower):
         return True
-    return depth < _MAX_DEPTH and bool(_encoded(TextViews(decoded), depth + 1))
+    return depth < _MAX_DEPTH and bool(_encoded(views, depth + 1))
 
 
 def _decode_piece(piece: str) -> str | None:

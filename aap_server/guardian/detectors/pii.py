@@ -38,6 +38,7 @@ PII_IDS = ("pii.email", "pii.phone", "pii.card", "pii.iban", "pii.ssn", "pii.ip"
 _DIGIT = 0x30  # shape of a digit
 _WORD = frozenset({_DIGIT, 0x41, 0x61, ord("_")})  # digit, upper, lower, underscore
 _WORD_PLUS = _WORD | {ord("+")}
+_WORD_DOT = _WORD | {ord(".")}
 
 
 def _hit(detector: str, text: str, start: int, end: int) -> Finding:
@@ -331,7 +332,7 @@ def _ipv4(v: TextViews, out: list[Finding]) -> None:
         start, end = cand.span()
         while start > 0 and shape[start - 1] == _DIGIT and cand.start() - start < 2:
             start -= 1
-        if start > 0 and shape[start - 1] in _WORD | {ord(".")}:
+        if start > 0 and shape[start - 1] in _WORD_DOT:
             continue
         if _glued_after(shape, end, b"."):
             continue

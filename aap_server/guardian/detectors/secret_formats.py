@@ -225,8 +225,6 @@ for _f in FORMATS:
             _BY_HEAD[_head[:2]].append(_f)
 _ANCHORED = tuple(f for f in FORMATS if f.anchor)
 
-_HEADS = frozenset(_BY_HEAD)
-
 
 def _match_formats(text: str, start: int, end: int, out: list[Finding]) -> None:
     """Formats at the start of the token and after each `/`, `.` or `=` inside it."""
@@ -239,7 +237,7 @@ def _match_formats(text: str, start: int, end: int, out: list[Finding]) -> None:
         segments = [token]
     pos = start
     for segment in segments:
-        if segment[:2] in _HEADS:
+        if segment[:2] in _BY_HEAD:
             _match_at(text, pos, out)
         pos += len(segment) + 1
     for fmt in _ANCHORED:
