@@ -100,6 +100,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     policy_poll_seconds: float = 2.0
     # Remote AOS guardians asked after the in-process policy, in order.
     guardians: list[RemoteGuardianSettings] = msgspec.field(default_factory=list)
+    # Browser origins allowed to call the API (CORS), e.g. `https://app.example.com`; `*`:
+    # any. Empty: CORS off (browsers on other origins are refused).
+    cors_origins: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):
@@ -125,6 +128,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         names = [guardian.name for guardian in self.guardians if guardian.name]
         if len(set(names)) != len(names):
             raise ValueError("guardians names the same guardian twice")
+        for origin in self.cors_origins:
+            if not is_origin(origin):
+                raise ValueError(
+                    f"cors_origins: {origin!r} is not an origin: expected `*` or "
+                    "scheme://host[:port] with no path (e.g. https://app.example.com)"
+                )
 
 
 class ConfigError(ValueError):
@@ -197,6 +206,8 @@ def load_settings(
                 value = parse_api_keys(value, variable)
             elif name == "guardians":
                 value = parse_guardians(value, variable)
+            elif name == "cors_origins":
+                value = [origin.strip() for origin in value.split(",") if origin.strip()]
             raw[name] = value
             source[name] = variable
     for name, value in (overrides or {}).items():
@@ -240,3 +251,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def is_origin(text: str) -> bool:
+    """`*`, or what a browser sends as `Origin`: scheme://host[:port], nothing after it."""
+    if text == "*":
+        return True
+    try:
+        parsed = urlsplit(text)
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return False
+    return (
+        parsed.scheme in ("http", "https")
+        and bool(parsed.hostname)
+        and f"{parsed.scheme}://{parsed.netloc}" == text
+        and not (parsed.username or parsed.password)
+        and "*" not in parsed.netloc  # no partial wildcards: list each origin, or `*` alone
+    )

@@ -233,3 +233,31 @@ def test_bad_remote_guardian_settings_name_the_entry_and_field(value: str, messa
         load_settings(environ={"AAP_GUARDIANS": value})
     assert message in str(raised.value)
     assert "pw" not in str(raised.value)
+
+
+def test_cors_origins_from_the_environment_and_the_file(tmp_path: Path) -> None:
+    env = {"AAP_CORS_ORIGINS": " https://a.example , http://localhost:5173,, "}
+    assert load_settings(environ=env).cors_origins == ["https://a.example", "http://localhost:5173"]
+    path = write(tmp_path, 'cors_origins = ["*"]\n')
+    assert load_settings(path, environ={}).cors_origins == ["*"]
+    assert Settings().cors_origins == []  # off by default
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "https://a.example/",  # a trailing slash: browsers never send one, it would never match
+        "https://a.example/app",
+        "a.example",
+        "ftp://a.example",
+        "https://user:pw@a.example",
+        "https://a.example:port",
+        "https://*.example",
+    ],
+)
+def test_a_cors_origin_that_no_browser_sends_is_refused_naming_it(origin: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ={"AAP_CORS_ORIGINS": origin})
+    message = str(error.value)
+    assert message.startswith("AAP_CORS_ORIGINS: cors_origins:")
+    assert repr(origin) in message

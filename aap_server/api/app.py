@@ -16,6 +16,8 @@ from litestar.datastructures import State
 from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import post_aos
 from aap_server.api.auth import Authenticator
+from aap_server.api.cors import CorsMiddleware
+from aap_server.api.docs import docs_serving
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import get_health
 from aap_server.api.openapi import openapi_config
@@ -131,12 +133,12 @@ def create_app(
             await guardian.close()
 
     app_version = package_version()
-    return Litestar(
+    app = Litestar(
         route_handlers=[get_meta, get_health, SessionsController, post_aos],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        openapi_config=openapi_config(app_version),
+        openapi_config=openapi_config(app_version, **docs_serving()),
         request_max_body_size=settings.max_body_bytes,
         state=State(
             {
@@ -148,3 +150,7 @@ def create_app(
             }
         ),
     )
+    if settings.cors_origins:
+        # In front of routing (a preflight needs no key, an unknown path's 404 is readable).
+        app.asgi_handler = CorsMiddleware(app.asgi_handler, settings.cors_origins)
+    return app
