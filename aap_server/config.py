@@ -218,15 +218,18 @@ def load_settings(
         # strict=False lets "8000" and "true" from the environment convert.
         return msgspec.convert(raw, Settings, strict=False)
     except ValueError as error:  # msgspec.ValidationError is a ValueError too
-        raise ConfigError(_describe(error, source)) from error
+        raise ConfigError(_describe(error, source, raw)) from error
 
 
 _AT_FIELD = re.compile(r" - at `\$\.(\w+)([^`]*)`")
+# Settings whose values may hold keys: an error names them, never echoes them.
+_NOT_ECHOED = {"api_keys", "guardians"}
 
 
-def _describe(error: ValueError, source: Mapping[str, str]) -> str:
-    """The error, led by where the offending value came from (`AAP_PORT: Expected int…`)."""
-    text = str(error)
+def _describe(error: ValueError, source: Mapping[str, str], raw: Mapping[str, Any]) -> str:
+    """The error on one line, led by where the offending value came from, and naming the
+    value (`AAP_PORT: Expected `int`, got `str` (value: 'abc')`)."""
+    text = " ".join(str(error).split())
     at = _AT_FIELD.search(text)
     if at:
         field: str | None = at[1]
@@ -237,6 +240,8 @@ def _describe(error: ValueError, source: Mapping[str, str]) -> str:
     if field is None:
         # e.g. an unknown key in the file (the environment has no unknown settings)
         return f"{source.get('', 'configuration')}: {text}"
+    if field in raw and field not in _NOT_ECHOED and "cors_origins" not in text:
+        text = f"{text} (value: {raw[field]!r})"
     where = source.get(field, field)
     return text if where == field else f"{where}: {text}"
 
