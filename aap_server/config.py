@@ -103,6 +103,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Browser origins allowed to call the API (CORS), e.g. `https://app.example.com`; `*`:
     # any. Empty: CORS off (browsers on other origins are refused).
     cors_origins: list[str] = msgspec.field(default_factory=list)
+    # Serve every endpoint (and the docs) under this path, e.g. `/v1`; empty: at the root.
+    base_path: str = ""
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):
@@ -128,6 +130,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         names = [guardian.name for guardian in self.guardians if guardian.name]
         if len(set(names)) != len(names):
             raise ValueError("guardians names the same guardian twice")
+        if self.base_path and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", self.base_path):
+            raise ValueError(
+                "base_path must be empty or start with / and hold path segments of letters, "
+                "digits and . _ ~ -, with no trailing / (e.g. /v1)"
+            )
         for origin in self.cors_origins:
             if not is_origin(origin):
                 raise ValueError(

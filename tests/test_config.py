@@ -261,3 +261,17 @@ def test_a_cors_origin_that_no_browser_sends_is_refused_naming_it(origin: str) -
     message = str(error.value)
     assert message.startswith("AAP_CORS_ORIGINS: cors_origins:")
     assert repr(origin) in message
+
+
+@pytest.mark.parametrize("base_path", ["v1", "/v1/", "/", "/v 1", "/v1//x", "/v1?x", "/ä"])
+def test_a_malformed_base_path_is_refused_naming_it(base_path: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ={"AAP_BASE_PATH": base_path})
+    message = str(error.value)
+    assert message.startswith("AAP_BASE_PATH: base_path must")
+    assert repr(base_path) in message
+
+
+def test_base_path_from_the_environment() -> None:
+    assert load_settings(environ={"AAP_BASE_PATH": "/api/v1"}).base_path == "/api/v1"
+    assert Settings().base_path == ""

@@ -16,6 +16,7 @@ from litestar.datastructures import State
 from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import post_aos
 from aap_server.api.auth import Authenticator
+from aap_server.api.base_path import BasePathMount
 from aap_server.api.cors import CorsMiddleware
 from aap_server.api.docs import docs_serving
 from aap_server.api.errors import EXCEPTION_HANDLERS
@@ -138,7 +139,7 @@ def create_app(
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        openapi_config=openapi_config(app_version, **docs_serving()),
+        openapi_config=openapi_config(app_version, **docs_serving(settings.base_path)),
         request_max_body_size=settings.max_body_bytes,
         state=State(
             {
@@ -150,6 +151,8 @@ def create_app(
             }
         ),
     )
+    if settings.base_path:
+        app.asgi_handler = BasePathMount(app.asgi_handler, settings.base_path)
     if settings.cors_origins:
         # In front of routing (a preflight needs no key, an unknown path's 404 is readable).
         app.asgi_handler = CorsMiddleware(app.asgi_handler, settings.cors_origins)

@@ -13,6 +13,7 @@ from typing import Any
 
 from litestar import Response, Router, get
 from litestar.exceptions import NotFoundException
+from litestar.openapi.spec import Server
 from litestar.params import FromPath
 from litestar.response import File
 from swagger_ui_bundle import swagger_ui_path
@@ -58,10 +59,9 @@ async def json_not_found(response: Response[Any]) -> Response[Any]:
 
 
 def docs_serving(base_path: str = "") -> dict[str, Any]:
-    """`openapi_config` arguments serving Swagger UI from the package's files under
-    `{base_path}/schema`."""
-    path = f"{base_path}{DOCS_PATH}"
-    assets = f"{path}/assets"
+    """`openapi_config` arguments serving Swagger UI from the package's files at `/schema`;
+    behind a `base_path`, the pages' links and the document's `servers` say where."""
+    assets = f"{base_path}{DOCS_PATH}/assets"
     swagger = AapSwaggerRenderPlugin(
         path=SWAGGER_PATHS,
         js_url=f"{assets}/swagger-ui-bundle.js",
@@ -70,13 +70,14 @@ def docs_serving(base_path: str = "") -> dict[str, Any]:
         favicon=f"<link rel='icon' type='image/png' href='{assets}/favicon-32x32.png'>",
     )
     router = Router(
-        path,
+        DOCS_PATH,
         route_handlers=[get_docs_asset],
         include_in_schema=False,
         after_request=json_not_found,
     )
     return {
-        "path": path,
+        "path": DOCS_PATH,
         "render_plugins": [swagger, AapJsonRenderPlugin()],
         "openapi_router": router,
+        "servers": [Server(url=base_path or "/")],
     }

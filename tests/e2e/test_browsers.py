@@ -215,3 +215,54 @@ async def test_no_client_without_origin_is_affected_by_cors(cors: Harness) -> No
         response = await plain.get("/meta")
         assert response.status_code == 200
         assert "access-control-allow-origin" not in response.headers
+
+
+# --- a base path (AAP: "Servers may host AAP under any base URL") ------------------------------
+
+
+async def test_every_endpoint_and_the_docs_move_under_the_base_path(tmp_path: Path) -> None:
+    settings = Settings(
+        db=str(tmp_path / "aap.db"), api_keys=KEYS, base_path="/v1", cors_origins=[PLAYGROUND]
+    )
+    async with harness(tmp_path, settings=settings) as h:
+        assert (await h.client.get("/v1/meta")).json()["version"] == 3
+        assert (await h.client.get("/v1/health")).status_code == 200
+        created = await h.client.post("/v1/sessions", json={"agent": {"name": "demo"}})
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+        body = {"stream": "delta", "messages": [{"role": "user", "content": "hello"}]}
+        async with h.client.stream("POST", f"/v1/sessions/{session_id}/turns", json=body) as s:
+            assert s.status_code == 200
+            assert "event: turn_stop" in (await s.aread()).decode()
+        history = await h.client.get(f"/v1/sessions/{session_id}/history?type=full")
+        assert history.status_code == 200
+        assert (await h.client.get(f"/v1/sessions/{session_id}/audit")).status_code == 200
+
+        # Nothing answers outside it (JSON 404s), not even a near miss.
+        for outside in ["/meta", "/sessions", "/schema", "/v10/meta", "/v1", "/v1x/meta"]:
+            assert_error(await h.client.get(outside), 404, "not_found")
+        assert "/v1/" in (await h.client.get("/meta")).json()["error"]["message"]
+
+        # The document says where the endpoints are: servers, with paths relative to it.
+        document = (await h.client.get("/v1/schema/openapi.json")).json()
+        assert document["servers"] == [{"url": "/v1"}]
+        assert "/sessions/{session_id}/turns" in document["paths"]
+        assert not any(path.startswith("/v1") for path in document["paths"])
+        # The docs page loads its files from under the base path.
+        html = (await h.client.get("/v1/schema")).text
+        urls = _URL_ATTRIBUTE.findall(html)
+        assert urls
+        assert all(url.startswith("/v1/schema/assets/") for url in urls), urls
+        for url in urls:
+            assert (await h.client.get(url)).status_code == 200, url
+
+        # CORS covers the mounted endpoints and the 404s outside them.
+        preflight = await h.client.options("/v1/sessions", headers=PREFLIGHT)
+        assert preflight.status_code == 204
+        outside = await h.client.get("/sessions", headers={"Origin": PLAYGROUND})
+        assert outside.headers["access-control-allow-origin"] == PLAYGROUND
+
+
+async def test_without_a_base_path_the_document_serves_from_the_root(h: Harness) -> None:
+    document = (await h.client.get("/schema/openapi.json")).json()
+    assert document["servers"] == [{"url": "/"}]
