@@ -74,12 +74,15 @@ def check_database(path: str) -> None:
         problem = f"is a directory; give a file in it, e.g. {file / 'aap.db'}"
     elif not file.parent.is_dir():
         problem = f"directory {file.parent} does not exist; create it or choose another path"
-    elif not file.exists() and not os.access(file.parent, os.W_OK | os.X_OK):
+    elif not os.access(file.parent, os.W_OK | os.X_OK):
+        # Also for an existing file: SQLite writes its -wal and -shm files beside it.
         problem = f"directory {file.parent} is not writable by this user"
+    elif file.exists() and not os.access(file, os.R_OK | os.W_OK):
+        problem = "is not readable and writable by this user"
     else:
         try:
             with contextlib.closing(sqlite3.connect(file, timeout=1)) as db:
-                db.execute("BEGIN IMMEDIATE")  # takes the write lock: proves write access
+                db.execute("BEGIN IMMEDIATE")  # reads the header: is it a database at all?
                 db.execute("ROLLBACK")
         except sqlite3.Error as error:
             if getattr(error, "sqlite_errorname", "") != "SQLITE_BUSY":  # busy: it is usable
