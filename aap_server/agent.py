@@ -156,6 +156,9 @@ class TurnModel(abc.ABC):
     def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Yield deltas and tool calls; return to end the response."""
 
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release what the model holds (e.g. HTTP connections); called when the server stops."""
+
 
 # --- Tools ----------------------------------------------------------------------------------
 
