@@ -14,9 +14,10 @@ the agent elsewhere sends its own `api_key` option or none.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,7 +59,6 @@ from aap_server.agent import (
 )
 from aap_server.toolkits.builtin_tools import BUILTIN_TOOLS
 from aap_server.toolkits.openai_chat import (
-    Chunk,
     Sleep,
     TransportLimits,
     UpstreamError,
@@ -455,22 +455,24 @@ class LlmModel(TurnModel):
             await self._http.aclose()
             self._http = None
 
-    async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+    async def respond(self, request: ModelRequest) -> AsyncGenerator[ModelOutput, None]:
         try:
-            async for output in self._respond(request):
-                yield output
+            # aclosing: a consumer that stops early closes the upstream stream at once.
+            async with contextlib.aclosing(self._respond(request)) as outputs:
+                async for output in outputs:
+                    yield output
         except (UpstreamError, OptionError) as error:
             logger.warning(
                 "llm agent %r, session %s: %s", self.spec.name, request.session_id, error
             )
             raise
 
-    async def _respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+    async def _respond(self, request: ModelRequest) -> AsyncGenerator[ModelOutput, None]:
         endpoint = self.endpoint(request.options)
         calls = ToolCallAssembler()
         finish: str | None = None
         refused = False
-        chunks: AsyncIterator[Chunk] = stream_chat(
+        chunks = stream_chat(
             self._client(),
             url=endpoint.url,
             payload=self.payload(request, endpoint),
@@ -478,37 +480,38 @@ class LlmModel(TurnModel):
             limits=self.limits,
             sleep=self._sleep,
         )
-        async for chunk in chunks:
-            if chunk.usage is not None:
-                logger.info(
-                    "llm agent %r, session %s: %d prompt + %d completion tokens (model %s)",
-                    self.spec.name,
-                    request.session_id,
-                    chunk.usage.prompt_tokens,
-                    chunk.usage.completion_tokens,
-                    endpoint.model,
-                )
-            for choice in chunk.choices:
-                if choice.index != 0:  # one response is asked for; ignore any other
-                    continue
-                delta = choice.delta
-                thinking = delta.reasoning_content or delta.reasoning
-                if thinking:
-                    yield ThinkingDelta(text=thinking)
-                if delta.content:
-                    yield TextDelta(text=delta.content)
-                if delta.refusal:
-                    refused = True
-                    yield TextDelta(text=delta.refusal)
-                for call in delta.tool_calls or []:
-                    function = call.function
-                    calls.feed(
-                        call.index,
-                        call.id,
-                        function.name if function else None,
-                        function.arguments if function else None,
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                if chunk.usage is not None:
+                    logger.info(
+                        "llm agent %r, session %s: %d prompt + %d completion tokens (model %s)",
+                        self.spec.name,
+                        request.session_id,
+                        chunk.usage.prompt_tokens,
+                        chunk.usage.completion_tokens,
+                        endpoint.model,
                     )
-                finish = choice.finish_reason or finish
+                for choice in chunk.choices:
+                    if choice.index != 0:  # one response is asked for; ignore any other
+                        continue
+                    delta = choice.delta
+                    thinking = delta.reasoning_content or delta.reasoning
+                    if thinking:
+                        yield ThinkingDelta(text=thinking)
+                    if delta.content:
+                        yield TextDelta(text=delta.content)
+                    if delta.refusal:
+                        refused = True
+                        yield TextDelta(text=delta.refusal)
+                    for call in delta.tool_calls or []:
+                        function = call.function
+                        calls.feed(
+                            call.index,
+                            call.id,
+                            function.name if function else None,
+                            function.arguments if function else None,
+                        )
+                    finish = choice.finish_reason or finish
         for tool_call in calls.calls():
             yield tool_call
         stop = ModelStop(reason="refusal") if refused else _STOPS.get(finish or "")

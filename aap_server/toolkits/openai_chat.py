@@ -16,7 +16,7 @@ import asyncio
 import email.utils
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -275,7 +275,7 @@ async def stream_chat(
     api_key: str,
     limits: TransportLimits,
     sleep: Sleep = asyncio.sleep,
-) -> AsyncIterator[Chunk]:
+) -> AsyncGenerator[Chunk, None]:
     """POST `payload` (with `"stream": true`) to `url`; yield each chunk until `[DONE]`."""
     headers = {"Accept": "text/event-stream"}
     if api_key:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
@@ -448,3 +448,15 @@ async def test_usage_can_be_left_out_of_the_request(fake: FakeOpenAI) -> None:
     fake.script(Reply(events=[chunk({"content": "x"}), chunk({}, "stop"), usage_chunk(), DONE]))
     await collect(model_for(fake, usage=False), request())
     assert "stream_options" not in fake.requests[0].body
+
+
+async def test_a_consumer_that_stops_early_closes_the_upstream_request(fake: FakeOpenAI) -> None:
+    fake.script(Reply(events=[chunk({"content": "a"})], hang=True))
+    model = model_for(fake)
+    outputs = model.respond(request())
+    assert isinstance(outputs, AsyncGenerator)
+    async with asyncio.timeout(5):
+        assert await anext(outputs) == TextDelta("a")
+        await outputs.aclose()
+        await fake.disconnected.wait()  # before the model's connection pool is closed
+    await model.aclose()
