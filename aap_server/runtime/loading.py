@@ -1,11 +1,13 @@
 """Where the hosted agents come from, gathered once at start.
 
-1. Entry points: every installed package's `aap_server.agents` entry points (the bundled demo
-   agent is registered this way in our own pyproject.toml), unless turned off.
+1. Entry points: every installed package's `aap_server.agents` entry points, unless turned
+   off. The bundled `agents/` package is one (`bundled = "agents:discover"` in our own
+   pyproject.toml), so it is imported only through its entry point.
 2. `agent_modules`: `package.module:ATTRIBUTE` references (the attribute defaults to `AGENT`).
 3. `[[agents]]` declarations in the config, built by the `llm` toolkit.
 
-Each reference names an `Agent` or a list/tuple of them. Two agents with one name refuse to
+Each reference names an `Agent`, a list/tuple of them, or a function with no arguments that
+returns either (called once at start). Two agents with one name refuse to
 start, naming both sources.
 """
 
@@ -38,13 +40,18 @@ class LoadedAgent:
 
 
 def _agents_in(value: object, source: str) -> list[LoadedAgent]:
+    if callable(value) and not isinstance(value, Agent):  # a factory, called once at start
+        try:
+            value = value()
+        except Exception as error:
+            raise AgentLoadError(f"{source}: failed: {error!r}") from error
     if isinstance(value, Agent):
         return [LoadedAgent(value, source)]
     if isinstance(value, list | tuple) and value and all(isinstance(v, Agent) for v in value):
         return [LoadedAgent(agent, source) for agent in value]
     raise AgentLoadError(
-        f"{source}: expected an aap_server.agent.Agent or a list of them, "
-        f"got {type(value).__name__}"
+        f"{source}: expected an aap_server.agent.Agent, a list of them or a function "
+        f"returning either, got {type(value).__name__}"
     )
 
 

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,6 +44,7 @@ from aap_server.agent import (
     ModelRequest,
     ModelStop,
     SecretAgentOption,
+    ServerTool,
     StreamCapabilities,
     SystemMessage,
     TextAgentOption,
@@ -129,6 +130,7 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_retries: int = 2
     max_retry_wait_seconds: float = 30.0
     max_event_bytes: int = 1024 * 1024
+    max_response_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -176,6 +178,8 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("max_retry_wait_seconds: must not be negative")
         if self.max_event_bytes < 1024:
             raise ValueError("max_event_bytes: must be at least 1024")
+        if self.max_response_bytes < self.max_event_bytes:
+            raise ValueError("max_response_bytes: must be at least max_event_bytes")
 
     def with_key_from(self, environ: Mapping[str, str]) -> LlmAgentSpec:
         """The spec with `api_key` read from `api_key_env` (a ValueError if it is not set)."""
@@ -194,6 +198,7 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             max_retries=self.max_retries,
             max_retry_wait_seconds=self.max_retry_wait_seconds,
             max_event_bytes=self.max_event_bytes,
+            max_response_bytes=self.max_response_bytes,
         )
 
     def __repr__(self) -> str:  # never print the key itself
@@ -519,8 +524,11 @@ class LlmModel(TurnModel):
             yield stop
 
 
-def llm_agent(spec: LlmAgentSpec, model: LlmModel | None = None) -> Agent:
-    """The agent a declaration describes (its key must already be resolved)."""
+def llm_agent(
+    spec: LlmAgentSpec, *, tools: Sequence[ServerTool] = (), model: LlmModel | None = None
+) -> Agent:
+    """The agent a declaration describes (its key must already be resolved: see
+    `with_key_from`), with its built-in tools and then `tools`, your own."""
     defaults: dict[str, AgentOption] = {
         "model": TextAgentOption(
             name="model", title="Model", description="The model to ask.", default=spec.model
@@ -563,6 +571,6 @@ def llm_agent(spec: LlmAgentSpec, model: LlmModel | None = None) -> Agent:
             application=ApplicationCapabilities(tools=Empty()),
             image=ImageCapabilities(http=Empty(), data=Empty()) if spec.images else None,
         ),
-        tools=[BUILTIN_TOOLS[name] for name in spec.tools],
+        tools=[*(BUILTIN_TOOLS[name] for name in spec.tools), *tools],
         compaction=KeepRecentTurns(max_messages=spec.max_history_messages),
     )

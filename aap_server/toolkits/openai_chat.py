@@ -58,6 +58,8 @@ class TransportLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_retry_wait_seconds: float = 30.0
     # One server-sent event larger than this ends the response (a broken or hostile server).
     max_event_bytes: int = 1024 * 1024
+    # A whole response larger than this ends it (a server that never stops).
+    max_response_bytes: int = 16 * 1024 * 1024
 
 
 # --- What the stream carries (unknown fields are ignored, as servers add their own) ---------
@@ -239,7 +241,13 @@ async def _events(response: httpx.Response, limits: TransportLimits) -> AsyncIte
     buffer = bytearray()
     data: list[bytes] = []
     size = 0
+    total = 0
     async for piece in response.aiter_bytes():
+        total += len(piece)
+        if total > limits.max_response_bytes:
+            raise UpstreamError(
+                f"the response exceeded max_response_bytes ({limits.max_response_bytes})"
+            )
         buffer += piece
         while True:
             end = buffer.find(b"\n")

@@ -30,6 +30,14 @@ def make(name: str) -> Agent:
 AGENT = make("{name}")
 MORE = [make("{name}-two"), make("{name}-three")]
 NOT_AN_AGENT = 42
+
+
+def factory() -> list[Agent]:
+    return [make("{name}-made")]
+
+
+def broken() -> Agent:
+    raise RuntimeError("no key")
 """
 
 
@@ -43,8 +51,9 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_agent_modules_load_an_agent_or_a_list_by_reference(package: str) -> None:
-    agents = load_agents(modules=[package, f"{package}:MORE"], use_entry_points=False)
-    assert [agent.name for agent in agents] == ["ext", "ext-two", "ext-three"]
+    references = [package, f"{package}:MORE", f"{package}:factory"]
+    agents = load_agents(modules=references, use_entry_points=False)
+    assert [agent.name for agent in agents] == ["ext", "ext-two", "ext-three", "ext-made"]
 
 
 @pytest.mark.parametrize(
@@ -52,13 +61,15 @@ def test_agent_modules_load_an_agent_or_a_list_by_reference(package: str) -> Non
     [
         ("no_such_module_here:AGENT", "agent_modules[0]: cannot import 'no_such_module_here'"),
         ("{package}:MISSING", "has no attribute 'MISSING'"),
-        ("{package}:NOT_AN_AGENT", "expected an aap_server.agent.Agent or a list of them, got int"),
+        ("{package}:NOT_AN_AGENT", "expected an aap_server.agent.Agent, a list of them or a"),
+        ("{package}:broken", "agent_modules[0] ({package}:broken): failed: RuntimeError('no key')"),
         ("not a module", "is not package.module:ATTRIBUTE"),
     ],
 )
 def test_a_bad_module_reference_refuses_to_start_naming_it(
     package: str, reference: str, message: str
 ) -> None:
+    message = message.replace("{package}", package)
     with pytest.raises(AgentLoadError, match=re.escape(message)):
         load_agents(modules=[reference.replace("{package}", package)], use_entry_points=False)
 
@@ -102,7 +113,11 @@ def test_a_declared_agent_may_not_take_a_bundled_agents_name(tmp_path: Path) -> 
         encoding="utf-8",
     )
     settings = load_settings(config, environ={})
-    with pytest.raises(AgentLoadError, match="two agents are named 'demo': entry point 'demo'"):
+    with pytest.raises(
+        AgentLoadError,
+        match=r"two agents are named 'demo': entry point 'bundled' \(agents:discover\) and "
+        r"agents\[0\] \('demo'\)",
+    ):
         load_agents(declared=settings.agents, use_entry_points=True)
 
 

@@ -460,3 +460,15 @@ async def test_a_consumer_that_stops_early_closes_the_upstream_request(fake: Fak
         await outputs.aclose()
         await fake.disconnected.wait()  # before the model's connection pool is closed
     await model.aclose()
+
+
+async def test_a_response_over_the_total_size_limit_is_an_error(fake: FakeOpenAI) -> None:
+    pieces = [chunk({"content": "w" * 1000}) for _ in range(8)]  # about 8.3 KB of events
+    fake.script(
+        Reply(events=[*pieces, chunk({}, "stop"), DONE]),
+        Reply(events=[*pieces, *pieces, chunk({}, "stop"), DONE]),
+    )
+    limits = {"max_event_bytes": 2048, "max_response_bytes": 12_000}
+    assert len(await collect(model_for(fake, **limits), request())) == 8
+    with pytest.raises(UpstreamError, match="exceeded max_response_bytes"):
+        await collect(model_for(fake, **limits), request())
