@@ -358,6 +358,9 @@ class Agent:
     compaction: CompactionStrategy | None = None
     knowledge: Knowledge | None = None
     memory: Memory | None = None
+    # Checks a client's value of one of `options` (name, value): the problem, or None. A
+    # problem is a 400 naming the option when the session is created or a turn changes it.
+    option_check: Callable[[str, str], str | None] | None = None
 
     @property
     def info(self) -> AgentInfo:

@@ -73,6 +73,7 @@ __all__ = [
     "OptionError",
     "ToolCallAssembler",
     "chat_messages",
+    "check_option",
     "llm_agent",
 ]
 
@@ -84,6 +85,29 @@ LLM_OPTIONS = ("model", "base_url", "api_key", "temperature")
 RESERVED_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "tools"})
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _PROVIDER = AgentProvider(name="aap-server", url="https://github.com/aap-server/aap-server")
+
+
+def _temperature(text: str) -> float | None:
+    """The temperature a session option asks for, or None if it is not one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value <= 2 else None
+
+
+def check_option(name: str, value: str) -> str | None:
+    """What is wrong with a client's value of an `llm` option (checked before any turn)."""
+    if name == "temperature" and value.strip() and _temperature(value.strip()) is None:
+        return f"{value!r} is not a number within 0..2"
+    if name == "base_url" and value:
+        try:
+            _check_url(value, "base_url")
+        except ValueError as error:
+            return str(error).removeprefix("base_url: ")
+    if name == "model" and len(value) > 256:
+        return "longer than 256 characters"
+    return None
 
 
 def _check_url(value: str, field_name: str) -> None:
@@ -401,11 +425,8 @@ class LlmModel(TurnModel):
         temperature = spec.temperature
         raw = options.get("temperature", "").strip()
         if raw:
-            try:
-                temperature = float(raw)
-            except ValueError:
-                temperature = -1.0
-            if not 0 <= temperature <= 2:
+            temperature = _temperature(raw)
+            if temperature is None:
                 raise OptionError(f"option temperature: {raw!r} is not a number within 0..2")
         return Endpoint(
             url=f"{base_url}/chat/completions",
@@ -572,5 +593,6 @@ def llm_agent(
             image=ImageCapabilities(http=Empty(), data=Empty()) if spec.images else None,
         ),
         tools=[*(BUILTIN_TOOLS[name] for name in spec.tools), *tools],
+        option_check=check_option,
         compaction=KeepRecentTurns(max_messages=spec.max_history_messages),
     )

@@ -17,7 +17,7 @@ import pytest
 
 from aap_server.api import create_app
 from aap_server.config import load_settings
-from tests.conftest import serve, wait_until
+from tests.conftest import assert_error, serve, wait_until
 from tests.toolkits.fake_openai import (
     FakeOpenAI,
     Reply,
@@ -292,3 +292,28 @@ async def test_a_client_that_disconnects_leaves_no_upstream_request_past_the_tur
         await wait_until(next_turn_runs, within=10, interval=0.1)
         history = (await client.get(f"/sessions/{session_id}/history?type=full")).json()
         assert history["history"]["full"][-1] == {"role": "assistant", "content": "Back."}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"temperature": "hot"}, "agent.options.temperature: 'hot' is not a number within 0..2"),
+        ({"temperature": "2.5"}, "agent.options.temperature: '2.5' is not a number within 0..2"),
+    ],
+)
+async def test_a_bad_option_value_is_a_400_naming_it_at_session_and_turn(
+    tmp_path: Path, fake: FakeOpenAI, options: dict[str, str], message: str
+) -> None:
+    async with llm_server(tmp_path, fake) as client:
+        created = await client.post(
+            "/sessions", json={"agent": {"name": "helper", "options": options}}
+        )
+        session_id = await new_session(client)
+        turn = await client.post(
+            f"/sessions/{session_id}/turns",
+            json={"agent": {"options": options}, "messages": [{"role": "user", "content": "hi"}]},
+        )
+    for response in (created, turn):
+        error = assert_error(response, 400, "invalid_option_value")
+        assert error["message"] == message
+    assert fake.requests == []
