@@ -32,7 +32,8 @@ __all__ = [
     "ToolCallDelta",
     "TransportLimits",
     "UpstreamError",
-    "retry_delay",
+    "backoff",
+    "retry_after",
     "stream_chat",
 ]
 
@@ -120,10 +121,9 @@ _decode_chunk = msgspec.json.Decoder(Chunk).decode
 # --- Retries --------------------------------------------------------------------------------
 
 
-def retry_delay(headers: httpx.Headers, attempt: int, now: float | None = None) -> float:
-    """Seconds to wait before retry number `attempt` (0-based): what the server asked for
-    (`retry-after-ms`, then `Retry-After` in seconds or as an HTTP date), else 0.5 s doubled
-    per attempt."""
+def retry_after(headers: httpx.Headers, now: float | None = None) -> float | None:
+    """The wait in seconds a server asked for (`retry-after-ms`, then `Retry-After` in seconds
+    or as an HTTP date), or None."""
     millis = headers.get("retry-after-ms")
     if millis is not None:
         try:
@@ -133,20 +133,23 @@ def retry_delay(headers: httpx.Headers, attempt: int, now: float | None = None) 
         if math.isfinite(value) and value >= 0:
             return value
     after = headers.get("retry-after")
-    if after is not None:
+    if after is None:
+        return None
+    try:
+        value = float(after)
+    except ValueError:
         try:
-            value = float(after)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(after)
-            except (TypeError, ValueError):
-                value = math.nan
-            else:
-                value = when.timestamp() - (time.time() if now is None else now)
-                value = max(value, 0.0)
-        if math.isfinite(value) and value >= 0:
-            return value
-    return 0.5 * 2.0**attempt
+            when = email.utils.parsedate_to_datetime(after)
+        except (TypeError, ValueError):
+            return None
+        value = max(when.timestamp() - (time.time() if now is None else now), 0.0)
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def backoff(attempt: int, limits: TransportLimits) -> float:
+    """The wait before retry number `attempt` (0-based) when the server names none: 0.5 s
+    doubled per attempt, at most `max_retry_wait_seconds`."""
+    return min(0.5 * 2.0**attempt, limits.max_retry_wait_seconds)
 
 
 def _redact(text: str, secret: str) -> str:
@@ -203,7 +206,7 @@ async def _open(
         except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             if not retries_left:
                 raise UpstreamError(f"cannot connect to {url}: {error!r}") from error
-            await sleep(0.5 * 2.0**attempt)
+            await sleep(backoff(attempt, limits))
             continue
         except httpx.TimeoutException as error:
             raise UpstreamError(
@@ -212,6 +215,13 @@ async def _open(
         except httpx.HTTPError as error:
             raise UpstreamError(f"request to {url} failed: {error!r}") from error
         if response.status_code == 200:
+            kind = response.headers.get("content-type", "")
+            if kind.startswith("application/json"):
+                await response.aclose()
+                raise UpstreamError(
+                    f"{url} answered with one JSON document, not an event stream: does it "
+                    "support `stream: true`?"
+                )
             return response
         try:
             body = await _read_error_body(response)
@@ -222,10 +232,14 @@ async def _open(
         status = response.status_code
         message = _one_line(_redact(_error_message(body), api_key))
         if status in RETRYABLE_STATUSES and retries_left:
-            delay = retry_delay(response.headers, attempt)
-            if delay <= limits.max_retry_wait_seconds:
-                await sleep(delay)
+            asked = retry_after(response.headers)
+            if asked is None:
+                await sleep(backoff(attempt, limits))
                 continue
+            if asked <= limits.max_retry_wait_seconds:
+                await sleep(asked)
+                continue
+            delay = asked
             raise UpstreamError(
                 f"{url} answered {status} and asked to retry after {delay:g} s, longer than "
                 f"max_retry_wait_seconds ({limits.max_retry_wait_seconds:g}): {message}"

@@ -76,7 +76,7 @@ def call_arguments(index: int, arguments: str) -> bytes:
 
 @dataclass
 class Reply:
-    """One scripted answer: a status with headers and a body, or (200) a stream of events.
+    """One scripted answer: a status with headers and a body, or (200, no body) a stream of events.
     `hang`: after the events, send nothing more until the client goes away."""
 
     status: int = 200
@@ -153,11 +153,12 @@ class FakeOpenAI:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.requests.append(Recorded(scope["path"], headers, json.loads(body or b"{}")))
         reply = self.replies.popleft() if self.replies else error_reply(500, "no reply scripted")
-        content_type = "text/event-stream" if reply.status == 200 else "application/json"
-        raw_headers = [(b"content-type", content_type.encode())]
-        raw_headers += [(k.encode(), v.encode()) for k, v in reply.headers.items()]
+        streamed = reply.status == 200 and not reply.body
+        headers = {"content-type": "text/event-stream" if streamed else "application/json"}
+        headers.update(reply.headers)
+        raw_headers = [(k.encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": reply.status, "headers": raw_headers})
-        if reply.status != 200:
+        if not streamed:
             await send({"type": "http.response.body", "body": reply.body})
             return
         for event in reply.events:

@@ -4,7 +4,9 @@ path (httpx, SSE parsing, retries, limits) over real HTTP, with scripted upstrea
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -472,3 +474,30 @@ async def test_a_response_over_the_total_size_limit_is_an_error(fake: FakeOpenAI
     assert len(await collect(model_for(fake, **limits), request())) == 8
     with pytest.raises(UpstreamError, match="exceeded max_response_bytes"):
         await collect(model_for(fake, **limits), request())
+
+
+async def test_backoff_without_a_named_wait_is_capped_by_the_retry_wait_bound(
+    fake: FakeOpenAI,
+) -> None:
+    fake.script(*[error_reply(502, "bad gateway") for _ in range(5)])
+    sleeps = Sleeps()
+    with pytest.raises(UpstreamError, match="answered 502 after 5 attempts"):
+        await collect(model_for(fake, sleeps, max_retries=4, max_retry_wait_seconds=1.5), request())
+    assert sleeps.waits == [0.5, 1.0, 1.5, 1.5]
+
+
+async def test_a_retry_after_http_date_is_honoured(fake: FakeOpenAI) -> None:
+    when = email.utils.formatdate(time.time() + 600, usegmt=True)
+    fake.script(error_reply(503, "maintenance", **{"retry-after": when}), text_reply("ok"))
+    sleeps = Sleeps()
+    await collect(model_for(fake, sleeps, max_retry_wait_seconds=900), request())
+    assert len(sleeps.waits) == 1
+    assert 590 <= sleeps.waits[0] <= 600
+
+
+async def test_a_json_answer_to_a_stream_request_is_a_clear_error(fake: FakeOpenAI) -> None:
+    fake.script(
+        Reply(status=200, body=b'{"choices": []}', headers={"content-type": "application/json"})
+    )
+    with pytest.raises(UpstreamError, match="not an event stream"):
+        await collect(model_for(fake), request())
