@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import textwrap
+import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,11 +19,13 @@ import pytest
 
 from aap_server.api import create_app
 from aap_server.config import load_settings
+from aap_server.runtime.loading import AgentLoadError, load_agents
 from tests.conftest import assert_error, serve, wait_until
 from tests.toolkits.fake_openai import (
     FakeOpenAI,
     Reply,
     chunk,
+    error_reply,
     fake_openai,
     text_reply,
     tool_calls_reply,
@@ -317,3 +321,78 @@ async def test_a_bad_option_value_is_a_400_naming_it_at_session_and_turn(
         error = assert_error(response, 400, "invalid_option_value")
         assert error["message"] == message
     assert fake.requests == []
+
+
+async def test_a_429_is_retried_after_the_named_wait_and_the_turn_succeeds(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    fake.script(error_reply(429, "rate limited", **{"retry-after-ms": "20"}), text_reply("Hi!"))
+    async with llm_server(tmp_path, fake) as client:
+        session_id = await new_session(client)
+        response = await client.post(
+            f"/sessions/{session_id}/turns",
+            json={"messages": [{"role": "user", "content": "hello"}]},
+        )
+    assert response.json() == {
+        "stopReason": "end_turn",
+        "messages": [{"role": "assistant", "content": "Hi!"}],
+    }
+    assert len(fake.requests) == 2
+
+
+async def test_images_reach_the_endpoint_only_when_the_agent_declares_them(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    image = (
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+        "DwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    content = [{"type": "text", "text": "What is this?"}, {"type": "image", "url": image}]
+    fake.script(text_reply("A pixel."))
+    (tmp_path / "vision").mkdir()
+    (tmp_path / "text").mkdir()
+    async with llm_server(tmp_path / "vision", fake, images=True) as client:
+        session_id = await new_session(client)
+        seen = await client.post(
+            f"/sessions/{session_id}/turns",
+            json={"messages": [{"role": "user", "content": content}]},
+        )
+        meta = (await client.get("/meta")).json()
+    assert seen.json()["stopReason"] == "end_turn"
+    assert fake.requests[0].body["messages"][-1]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": image},
+    }
+    helper = next(agent for agent in meta["agents"] if agent["name"] == "helper")
+    assert helper["capabilities"]["image"] == {"http": {}, "data": {}}
+
+    async with llm_server(tmp_path / "text", fake) as client:
+        session_id = await new_session(client)
+        refused = await client.post(
+            f"/sessions/{session_id}/turns",
+            json={"messages": [{"role": "user", "content": content}]},
+        )
+    assert_error(refused, 400)
+    assert len(fake.requests) == 1
+
+
+async def test_config_agents_serve_even_when_another_library_owns_the_name_agents(
+    tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The top-level name `agents` is also another popular library's. The server imports
+    our bundled package only through its entry point: with entry points off, a foreign
+    `agents` module changes nothing; with them on, the clash is one clear start-up error."""
+    foreign = types.ModuleType("agents")
+    monkeypatch.setitem(sys.modules, "agents", foreign)
+    fake.script(text_reply("Still here."))
+    async with llm_server(tmp_path, fake, overrides={"entry_point_agents": False}) as client:
+        meta = (await client.get("/meta")).json()
+        assert [agent["name"] for agent in meta["agents"]] == ["helper"]
+        session_id = await new_session(client)
+        response = await client.post(
+            f"/sessions/{session_id}/turns",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert response.json()["stopReason"] == "end_turn"
+    with pytest.raises(AgentLoadError, match=r"entry point 'bundled' \(agents:discover\)"):
+        load_agents()
