@@ -104,8 +104,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     guardians: list[RemoteGuardianSettings] = msgspec.field(default_factory=list)
     # Agents declared with no code, served by the `llm` agent kind (README § Host a real agent).
     agents: list[LlmAgentSpec] = msgspec.field(default_factory=list)
-    # Python agents to serve: `package.module:ATTRIBUTE` (an Agent or a list of them; the
-    # attribute defaults to AGENT).
+    # Python agents to serve: `package.module:ATTRIBUTE` (an Agent, a list of them or a
+    # function returning either; the attribute defaults to AGENT).
     agent_modules: list[str] = msgspec.field(default_factory=list)
     # Serve the agents installed packages register under the `aap_server.agents` entry point
     # group (the bundled demo agent is one).
