@@ -156,6 +156,9 @@ class TurnModel(abc.ABC):
     def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Yield deltas and tool calls; return to end the response."""
 
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release what the model holds (e.g. HTTP connections); called when the server stops."""
+
 
 # --- Tools ----------------------------------------------------------------------------------
 
@@ -355,6 +358,9 @@ class Agent:
     compaction: CompactionStrategy | None = None
     knowledge: Knowledge | None = None
     memory: Memory | None = None
+    # Checks a client's value of one of `options` (name, value): the problem, or None. A
+    # problem is a 400 naming the option when the session is created or a turn changes it.
+    option_check: Callable[[str, str], str | None] | None = None
 
     @property
     def info(self) -> AgentInfo:

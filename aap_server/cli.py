@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
 from aap_server.guardian.policy import PolicyError
+from aap_server.runtime.loading import AgentLoadError
 
 if TYPE_CHECKING:
     from aap_server.agent import Agent
@@ -241,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS
     )
 
-    serve_parser = commands.add_parser("serve", help="serve every agent in agents/ over AAP v3")
+    serve_parser = commands.add_parser("serve", help="serve the configured agents over AAP v3")
     serve_parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default 8000)")
     serve_parser.add_argument("--db", help="SQLite database file (default ./aap.db)")
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)
-    except (ConfigError, PolicyError) as error:
+    except (ConfigError, PolicyError, AgentLoadError) as error:
         print(f"aap-server: {error}", file=sys.stderr)
         return 2
     return code

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from aap_server.toolkits.llm import LlmAgentSpec
+
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
     """One API key and the principal it stands for."""
@@ -105,6 +107,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     cors_origins: list[str] = msgspec.field(default_factory=list)
     # Serve every endpoint (and the docs) under this path, e.g. `/v1`; empty: at the root.
     base_path: str = ""
+    # Agents declared with no code, served by the `llm` agent kind (README § Host a real agent).
+    agents: list[LlmAgentSpec] = msgspec.field(default_factory=list)
+    # Python agents to serve: `package.module:ATTRIBUTE` (an Agent, a list of them or a
+    # function returning either; the attribute defaults to AGENT).
+    agent_modules: list[str] = msgspec.field(default_factory=list)
+    # Serve the agents installed packages register under the `aap_server.agents` entry point
+    # group (the bundled demo agent is one).
+    entry_point_agents: bool = True
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):
@@ -174,14 +184,39 @@ def parse_guardians(text: str, source: str) -> list[dict[str, Any]]:
     with the `[[guardians]]` fields for anything more."""
     text = text.strip()
     if text.startswith("["):
-        try:
-            entries = msgspec.json.decode(text)
-        except msgspec.DecodeError as error:
-            raise ConfigError(f"{source}: not valid JSON: {error}") from error
-        if not isinstance(entries, list):
-            raise ConfigError(f"{source}: expected a JSON array")
-        return entries
+        return parse_json_array(text, source)
     return [{"url": url.strip()} for url in text.split(",") if url.strip()]
+
+
+def convert_agents(entries: Any, where: str, environ: Mapping[str, str]) -> list[LlmAgentSpec]:
+    """`[[agents]]` tables as specs with their API keys read from the environment; an error
+    names the agent and the field (`aap.toml: agents[1] ('helper'): temperature: …`)."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}: expected a list of agent tables ([[agents]])")
+    specs: list[LlmAgentSpec] = []
+    for index, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        label = f"{where}[{index}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        try:
+            spec = msgspec.convert(entry, LlmAgentSpec, strict=False)
+            specs.append(spec.with_key_from(environ))
+        except ValueError as error:
+            text = str(error)
+            at = re.search(r" - at `\$\.?([^`]*)`$", text)
+            if at:
+                text = f"{at[1]}: {text[: at.start()]}" if at[1] else text[: at.start()]
+            raise ConfigError(f"{label}: {text}") from error
+    return specs
+
+
+def parse_json_array(text: str, source: str) -> list[Any]:
+    try:
+        entries = msgspec.json.decode(text)
+    except msgspec.DecodeError as error:
+        raise ConfigError(f"{source}: not valid JSON: {error}") from error
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: expected a JSON array")
+    return entries
 
 
 def load_settings(
@@ -204,6 +239,8 @@ def load_settings(
             raise ConfigError(f"config file {path}: {error}") from error
         if isinstance(raw.get("api_keys"), str):
             raw["api_keys"] = parse_api_keys(raw["api_keys"], f"{path}: api_keys")
+        if "agents" in raw:
+            raw["agents"] = convert_agents(raw["agents"], f"{path}: agents", environ)
         source.update({name: f"{path}: {name}" for name in raw})
         source[""] = str(path)
     for variable, name in ENV_VARS.items():
@@ -215,6 +252,10 @@ def load_settings(
                 value = parse_guardians(value, variable)
             elif name == "cors_origins":
                 value = [origin.strip() for origin in value.split(",") if origin.strip()]
+            elif name == "agents":
+                value = convert_agents(parse_json_array(value, variable), variable, environ)
+            elif name == "agent_modules":
+                value = [ref.strip() for ref in value.split(",") if ref.strip()]
             raw[name] = value
             source[name] = variable
     for name, value in (overrides or {}).items():

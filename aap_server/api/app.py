@@ -31,6 +31,7 @@ from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
 from aap_server.guardian.remote import RemoteGuardian
 from aap_server.runtime import AapService, AgentRegistry
+from aap_server.runtime.loading import load_agents
 from aap_server.store import SessionStore
 from aap_server.store.sqlite import SqliteSessionStore
 
@@ -80,11 +81,14 @@ def create_app(
     store: SessionStore | None = None,
     guardian: Guardian | None = None,
 ) -> Litestar:
-    """An ASGI app serving `agents` (default: every agent in the `agents` package)."""
+    """An ASGI app serving `agents` (default: those the settings name, see runtime/loading)."""
     if agents is None:
-        from agents import discover  # the hosted agents, found at start
-
-        agents = discover()
+        agents = load_agents(
+            declared=settings.agents,
+            modules=settings.agent_modules,
+            use_entry_points=settings.entry_point_agents,
+        )
+    hosted_agents = list(agents)
     store = store or SqliteSessionStore(settings.db)
     # One guardian: the turn engine's and POST /aos's.
     reloader: PolicyReloader | None = None
@@ -100,7 +104,7 @@ def create_app(
         chain = with_remote_guardians(guardian, settings)
         guardian, guardian_budget = chain, chain.budget_seconds
     service = AapService(
-        registry=AgentRegistry(agents),
+        registry=AgentRegistry(hosted_agents),
         store=store,
         guardian=guardian,
         guardian_timeout_seconds=guardian_budget,
@@ -132,6 +136,11 @@ def create_app(
             await store.close()
         finally:
             await guardian.close()
+            for agent in hosted_agents:  # their models' connections (e.g. to an LLM endpoint)
+                try:
+                    await agent.model.aclose()
+                except Exception:
+                    logger.exception("closing agent %s failed", agent.name)
 
     app_version = package_version()
     app = Litestar(

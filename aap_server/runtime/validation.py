@@ -43,6 +43,9 @@ def validate_options(hosted: HostedAgent, options: dict[str, str] | None, path: 
                 f"{path}.{key}: {value!r} is not one of {option.options}",
                 code="invalid_option_value",
             )
+        problem = hosted.agent.option_check(key, value) if hosted.agent.option_check else None
+        if problem:
+            raise InvalidRequestError(f"{path}.{key}: {problem}", code="invalid_option_value")
 
 
 def validate_server_tools(hosted: HostedAgent, refs: list[ServerToolRef] | None, path: str) -> None:
