@@ -27,7 +27,6 @@ from aap_server.protocol import (
     SessionInfo,
     StreamMode,
 )
-from aap_server.runtime.engine import TurnRun, guard_seed
 from aap_server.runtime.errors import (
     ConflictError,
     InvalidRequestError,
@@ -37,6 +36,8 @@ from aap_server.runtime.errors import (
 from aap_server.runtime.events import EngineEvent
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import AgentRegistry, HostedAgent, redact_all
+from aap_server.runtime.seed import guard_seed
+from aap_server.runtime.turn import TurnRun
 from aap_server.runtime.validation import (
     validate_new_session,
     validate_overrides,
