@@ -29,6 +29,21 @@ def message_blocks(thinking: str, text: str) -> list[ContentBlock]:
     return blocks
 
 
+def merge_blocks(blocks: list[ContentBlock]) -> list[ContentBlock]:
+    """Adjacent thinking or text blocks joined, as a client's fold of their deltas joins
+    them (so the stored message is what the client built)."""
+    merged: list[ContentBlock] = []
+    for block in blocks:
+        last = merged[-1] if merged else None
+        if isinstance(block, TextContentBlock) and isinstance(last, TextContentBlock):
+            merged[-1] = TextContentBlock(text=last.text + block.text)
+        elif isinstance(block, ThinkingContentBlock) and isinstance(last, ThinkingContentBlock):
+            merged[-1] = ThinkingContentBlock(thinking=last.thinking + block.thinking)
+        else:
+            merged.append(block)
+    return merged
+
+
 class Streamed:
     """One kind of delta (text or thinking) of one message: what the model said, and what
     the guardian's text screen has let out so far."""

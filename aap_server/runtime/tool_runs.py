@@ -6,6 +6,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+import msgspec
+
 from aap_server.agent import ServerTool, StepDeniedError, ToolContext, ToolError
 from aap_server.protocol import Content, ToolMessage
 from aap_server.runtime.checks import GuardianChecks, modified_result
@@ -15,6 +17,27 @@ from aap_server.store import PendingToolCall
 logger = logging.getLogger("aap_server.turn")
 
 WITHHELD = "Tool result withheld by policy"
+# The result of a granted or trusted call whose run was cut short (turn timeout, shutdown,
+# crash): the tool may or may not have acted, and the model and the client are told so.
+INTERRUPTED = "Error: the tool's run was interrupted; it may or may not have taken effect"
+
+
+def close_interrupted(
+    pending: list[PendingToolCall],
+) -> tuple[list[ToolMessage], list[PendingToolCall]] | None:
+    """For calls a crash left marked running: their error results, and the pending calls with
+    them answered (a resubmitted grant then changes nothing). None when nothing was cut short."""
+    running = [call for call in pending if call.resolution == "running"]
+    if not running:
+        return None
+    results = [ToolMessage(tool_call_id=call.tool_call_id, content=INTERRUPTED) for call in running]
+    answered = [
+        msgspec.structs.replace(call, resolution="granted")
+        if call.resolution == "running"
+        else call
+        for call in pending
+    ]
+    return results, answered
 
 
 class ToolRunner:

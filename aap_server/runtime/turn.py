@@ -9,6 +9,7 @@ Agent text leaves only as the guardian allows (`streamed.Streamed`); server tool
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -24,15 +25,18 @@ from aap_server.agent import (
     TextDelta,
     ThinkingDelta,
     ToolCall,
+    text_of,
 )
 from aap_server.guardian import FailClosed
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
     AssistantMessage,
+    Content,
     ContentBlock,
     HistoryMessage,
     StopReason,
+    SystemMessage,
     TextContentBlock,
     TextDeltaEvent,
     ThinkingContentBlock,
@@ -52,6 +56,7 @@ from aap_server.runtime.checks import (
     GuardianChecks,
     modified_content,
     modified_input,
+    modified_result,
     needs_human,
     step_factory,
 )
@@ -60,8 +65,9 @@ from aap_server.runtime.guarded_context import GuardedResources, GuardedToolCont
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import HostedAgent
 from aap_server.runtime.steps import simplify
-from aap_server.runtime.streamed import Streamed, message_blocks
-from aap_server.runtime.tool_runs import ToolRunner
+from aap_server.runtime.streamed import Streamed, merge_blocks, message_blocks
+from aap_server.runtime.tool_runs import INTERRUPTED, WITHHELD, ToolRunner
+from aap_server.runtime.validation import answer_of
 from aap_server.store import Compaction, PendingToolCall, SessionStore, StepWrite
 
 logger = logging.getLogger("aap_server.turn")
@@ -103,6 +109,7 @@ class TurnRun:
         clock: Callable[[], float] = time.time,
         approval_timeout_seconds: float = 3600.0,
         guardian_memory: bytes | None = None,
+        refuse_modified_input: bool = False,
     ) -> None:
         self.hosted = hosted
         self.agent = hosted.agent
@@ -112,7 +119,9 @@ class TurnRun:
         self.agent_config = agent_config
         self.client_tools = client_tools
         self.config_changed = config_changed
-        self.pending = pending
+        # Only calls awaiting an answer; answered ones are dropped with the next pending write.
+        self.pending = [call for call in pending if call.awaiting]
+        self.refuse_modified_input = refuse_modified_input
         self.messages = messages
         self.emit = emit
         self.clock = clock
@@ -140,13 +149,19 @@ class TurnRun:
         )
         self._refused = False
         self._granted: list[PendingToolCall] = []
+        # The pending calls the granted ones leave once they have run (answered, not awaiting).
+        self._answered: list[PendingToolCall] = []
+        # Blocks of the assistant message still open: its response's tool calls were all
+        # hidden, so no `tool_call`/`tool_result` closed it in the client's fold and the next
+        # response's text belongs to the same message (AAP response.md; one view, three modes).
+        self._open: list[ContentBlock] = []
 
     # --- the turn ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Guard and store the turn's input, then emit `turn_start`. Errors here propagate
         (the API answers them as HTTP errors: nothing has been streamed yet)."""
-        self._compaction = self._plan_compaction()
+        self._compaction = await self._plan_compaction()
         if isinstance(self.messages[0], UserMessage):
             self._refused = not await self._accept_user_messages()
         else:
@@ -161,7 +176,7 @@ class TurnRun:
                 reason = "refusal"
             else:
                 if self._granted:
-                    await self._run_server_tools(self._granted, assistant=None)
+                    await self._run_server_tools(self._granted, None, self._answered)
                 reason = await self._loop()
         except _Stop as stop:
             reason = stop.reason
@@ -169,6 +184,7 @@ class TurnRun:
             logger.exception("turn %s of session %s failed", self.steps.turn_id, self.session_id)
             reason = "error"
         finally:
+            await self._close_open_message()
             await self._flush_audit()
             self.emit(TurnStopEvent(stop_reason=reason))
 
@@ -188,16 +204,24 @@ class TurnRun:
         # Validation lets user messages in while calls are pending only when every one is a
         # lapsed permission request: close each with the expired notice first, so the model
         # sees a result for every tool_use it made (stored even if the message is refused).
+        # `full` keeps what the client sent, `compacted` what the model may read (history.md:
+        # full is exact): a refused message is stored in full only, a modified one as sent in
+        # full and as modified in compacted. `refuse_modified_input` refuses instead of
+        # modifying, and then stores no refused input at all (README "History").
         expired: list[HistoryMessage] = [
             ToolMessage(tool_call_id=call.tool_call_id, content=EXPIRED) for call in self.pending
         ]
         resolved: list[PendingToolCall] | None = [] if self.pending else None
+        full = [*expired, *self.messages]
         accepted = list(expired)
         for message in self.messages:
             assert isinstance(message, UserMessage)
             verdict = await self.checks.check(self.steps.message("user", message.content))
-            if verdict.decision == "deny":
-                write = self._config_write(full=expired, compacted=expired, pending=resolved)
+            if verdict.decision == "deny" or (
+                verdict.decision == "modify" and self.refuse_modified_input
+            ):
+                kept = expired if self.refuse_modified_input else full
+                write = self._config_write(full=kept, compacted=expired, pending=resolved)
                 await self._store(write)
                 return False
             if verdict.decision == "modify":
@@ -205,7 +229,7 @@ class TurnRun:
             accepted.append(message)
         await self._store(
             self._config_write(
-                full=accepted,
+                full=full,
                 compacted=accepted,
                 pending=resolved,
                 state=self.state.take_changes(),
@@ -219,26 +243,54 @@ class TurnRun:
         granted calls to run."""
         answers = {m.tool_call_id: m for m in self.messages if not isinstance(m, UserMessage)}
         now = self.clock()
-        stored: list[HistoryMessage] = []
+        full: list[HistoryMessage] = []
+        compacted: list[HistoryMessage] = []
         granted: list[PendingToolCall] = []
+        marked: list[PendingToolCall] = []  # each call with its answer (or "running")
         for call in self.pending:
             answer = answers[call.tool_call_id]
-            if isinstance(answer, ToolPermissionMessage):
-                if answer.granted and not call.expired(now):
+            answered = msgspec.structs.replace(call, resolution=answer_of(answer))
+            if isinstance(answer, ToolPermissionMessage) and answer.granted:
+                if not call.expired(now):
+                    # Marked running before it runs: a crash leaves a trace the next load
+                    # closes with an error result (never a bare tool_use).
                     granted.append(call)
+                    marked.append(msgspec.structs.replace(call, resolution="running"))
+                    self._answered.append(answered)
                     continue
-                # A late denial still says what the human decided; a late grant runs nothing.
-                if answer.granted:
-                    told = EXPIRED
-                else:
-                    told = DENIED + (f": {answer.reason}" if answer.reason else "")
-                stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=told))
+                # A late grant runs nothing.
+                told: Content = EXPIRED
+                said: Content = EXPIRED
+            elif isinstance(answer, ToolPermissionMessage):
+                # What the human decided; a reason is client text the model reads, guarded as
+                # the tool result it becomes (a denied reason leaves the bare denial).
+                said = DENIED + (f": {answer.reason}" if answer.reason else "")
+                told = said
+                if answer.reason:
+                    told = await self._guard_client_result(call.tool_call_id, said, DENIED)
             else:
-                content = await self.tools.guard_result(call.tool_call_id, answer.content, False)
-                stored.append(ToolMessage(tool_call_id=call.tool_call_id, content=content))
-        await self._store(self._config_write(full=stored, compacted=stored, pending=[]))
-        self.context.extend(stored)
+                said = answer.content
+                told = await self._guard_client_result(call.tool_call_id, said, WITHHELD)
+            marked.append(answered)
+            self._answered.append(answered)
+            stored_full = said if not self.refuse_modified_input or said == told else told
+            full.append(ToolMessage(tool_call_id=call.tool_call_id, content=stored_full))
+            compacted.append(ToolMessage(tool_call_id=call.tool_call_id, content=told))
+        await self._store(self._config_write(full=full, compacted=compacted, pending=marked))
+        self.context.extend(compacted)
         return granted
+
+    async def _guard_client_result(self, call_id: str, content: Content, refused: str) -> Content:
+        """A client-supplied tool result as the model may read it: `refused` if denied (or
+        modified, when the deployment refuses modified input)."""
+        verdict = await self.checks.check(self.steps.tool_call_result(call_id, content, False))
+        if verdict.decision == "deny" or (
+            verdict.decision == "modify" and self.refuse_modified_input
+        ):
+            return refused
+        if verdict.decision == "modify":
+            return modified_result(verdict, content)
+        return content
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -247,7 +299,13 @@ class TurnRun:
             outcome = await self._respond()
             if outcome is not None:
                 return outcome
-        return "max_tokens"
+        # AAP response.md reserves `max_tokens` for the context window; a server-imposed cap
+        # on responses is the server stopping the turn mid-way: `error`. The history is whole
+        # (every tool_use has its result), so the client can go on with a new message.
+        logger.warning(
+            "turn %s stopped after %d model responses", self.steps.turn_id, MAX_MODEL_RESPONSES
+        )
+        return "error"
 
     async def _respond(self) -> StopReason | None:
         """One model response and what follows from it; None means: ask the model again."""
@@ -298,17 +356,19 @@ class TurnRun:
             else:
                 thinking.finish()
                 text.finish()
-            if blocks:
-                self.emit(AssistantText(blocks=blocks))
+        said = merge_blocks(self._open + blocks)  # the client's fold of the open message
+        self._open = []
 
         if not calls:
-            if blocks:
-                assistant = AssistantMessage(content=simplify(blocks))
-                await self._commit([assistant], [assistant])
-                self.emit(MessageOut(message=assistant))
+            if said:
+                self.emit(AssistantText(blocks=said))
+                shown = AssistantMessage(content=simplify(said))
+                told = AssistantMessage(content=simplify(blocks))
+                await self._commit([shown], [told] if blocks else [])
+                self.emit(MessageOut(message=shown))
             return model_stop
 
-        visible: list[ContentBlock] = list(blocks)
+        visible: list[ContentBlock] = list(said)
         hidden_uses: list[ContentBlock] = []
         hidden_results: list[HistoryMessage] = []
         to_run: list[PendingToolCall] = []
@@ -336,6 +396,8 @@ class TurnRun:
                 hidden_uses.append(use)
                 hidden_results.append(ToolMessage(tool_call_id=call_id, content=refusal))
                 continue
+            if len(visible) == len(said) and said:
+                self.emit(AssistantText(blocks=said))  # the message's text, before its calls
             visible.append(use)
             self.emit(ToolCallEvent(tool_call_id=call_id, name=call.name, input=tool_input))
             client = call.name in self.client_tool_names
@@ -350,18 +412,21 @@ class TurnRun:
             )
             (to_ask if ask else to_run).append(pending)
 
-        shown = AssistantMessage(content=simplify(visible)) if visible else None
-        told = AssistantMessage(content=simplify(visible + hidden_uses))
+        told = AssistantMessage(content=simplify(blocks + visible[len(said) :] + hidden_uses))
+        if len(visible) == len(said):
+            # Every call was hidden: nothing closes the message in the client's fold, so it
+            # stays open for the next response's text (stored in full once it closes).
+            self._open = said
+            await self._commit([], [told, *hidden_results])
+            return None
+        shown = AssistantMessage(content=simplify(visible))
+        # Calls answered earlier in this turn stay listed (a resubmitted answer is recognised).
+        after = [*self._answered, *to_ask]
         if to_run:
-            await self._run_server_tools(
-                to_run, assistant=(shown, told, hidden_results), pending=to_ask or None
-            )
+            await self._run_server_tools(to_run, (shown, told, hidden_results), after)
         else:
-            await self._commit(
-                [shown] if shown else [], [told, *hidden_results], pending=to_ask or None
-            )
-            if shown is not None:
-                self.emit(MessageOut(message=shown))
+            await self._commit([shown], [told, *hidden_results], pending=after or None)
+            self.emit(MessageOut(message=shown))
         if to_ask:
             return "tool_use"
         return None
@@ -380,44 +445,61 @@ class TurnRun:
     async def _run_server_tools(
         self,
         calls: list[PendingToolCall],
-        assistant: tuple[AssistantMessage | None, AssistantMessage, list[HistoryMessage]] | None,
-        pending: list[PendingToolCall] | None = None,
+        assistant: tuple[AssistantMessage, AssistantMessage, list[HistoryMessage]] | None,
+        pending: list[PendingToolCall],
     ) -> None:
-        """Run server tools concurrently; emit each result as it is ready; store the calling
-        assistant message (if any) and every result in one write, so a crash never leaves a
-        tool_use without its result."""
-        results = await self.tools.run_all(
-            calls,
-            lambda result: self.emit(
-                ToolResultEvent(tool_call_id=result.tool_call_id, content=result.content)
-            ),
-        )
-
-        full: list[HistoryMessage] = []
-        compacted: list[HistoryMessage] = []
+        """Run server tools concurrently and emit each result as it is ready. The calling
+        assistant message (if any) is stored first with the calls marked running, and every
+        result in one write after: a crash leaves running marks that the next load closes with
+        error results; a timeout or shutdown cancel writes those error results at once."""
         if assistant is not None:
             shown, told, hidden_results = assistant
-            if shown is not None:
-                full.append(shown)
-                self.emit(MessageOut(message=shown))
-            compacted.extend([told, *hidden_results])
-        full.extend(results)
-        compacted.extend(results)
+            running = [msgspec.structs.replace(c, resolution="running") for c in calls]
+            await self._commit([shown], [told, *hidden_results], pending=[*pending, *running])
+            self.emit(MessageOut(message=shown))
+        results: list[ToolMessage] = []
+
+        def on_result(result: ToolMessage) -> None:
+            results.append(result)
+            self.emit(ToolResultEvent(tool_call_id=result.tool_call_id, content=result.content))
+
+        try:
+            await self.tools.run_all(calls, on_result)
+        except asyncio.CancelledError:
+            done = {result.tool_call_id for result in results}
+            for call in calls:
+                if call.tool_call_id not in done:
+                    on_result(ToolMessage(tool_call_id=call.tool_call_id, content=INTERRUPTED))
+            await self._commit(list(results), list(results), pending=pending)
+            raise
         for message in results:
             self.emit(MessageOut(message=message))
-        await self._commit(full, compacted, pending=pending)
+        await self._commit(list(results), list(results), pending=pending)
 
     # --- compaction ---------------------------------------------------------------------------
 
-    def _plan_compaction(self) -> Compaction | None:
+    async def _plan_compaction(self) -> Compaction | None:
         """Compact what the model is fed at the start of each turn, written with the turn's
-        input (the store drops and replaces the oldest rows before appending)."""
+        input (the store drops and replaces the oldest rows before appending). What the agent
+        puts in place of the dropped messages goes back to the model: each message is checked
+        as agent content (`steps/message` role agent); a denied one is left out."""
         strategy = self.agent.compaction
         plan = strategy.plan(self.context) if strategy is not None else None
         if plan is None or plan.drop <= 0:
             return None
-        self.context[: plan.drop] = plan.replacement
-        return Compaction(drop=plan.drop, replacement=plan.replacement)
+        replacement: list[HistoryMessage] = []
+        for message in plan.replacement:
+            content = message.content
+            verdict = await self.checks.check(self.steps.message("agent", content))
+            if verdict.decision == "deny":
+                continue
+            if verdict.decision == "modify":
+                content = modified_content(verdict, content)
+                if isinstance(message, SystemMessage):
+                    content = text_of(content)
+            replacement.append(msgspec.structs.replace(message, content=content))
+        self.context[: plan.drop] = replacement
+        return Compaction(drop=plan.drop, replacement=replacement)
 
     # --- writes (each carries the verdicts not yet recorded) --------------------------------
 
@@ -429,6 +511,20 @@ class TurnRun:
             write = msgspec.structs.replace(write, guardian_memory=memory)
             self.checks.memory = memory
         await self.store.commit(self.session_id, write)
+
+    async def _close_open_message(self) -> None:
+        """The turn ended with an assistant message still open (its calls were hidden): the
+        client's fold closes it at `turn_stop`, so the views and `full` get it now."""
+        if not self._open:
+            return
+        self.emit(AssistantText(blocks=self._open))
+        shown = AssistantMessage(content=simplify(self._open))
+        self._open = []
+        try:
+            await self._store(StepWrite(full=[shown], audit=self.checks.take_audit()))
+        except Exception:
+            logger.exception("could not store the last message of turn %s", self.steps.turn_id)
+        self.emit(MessageOut(message=shown))
 
     async def _flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
