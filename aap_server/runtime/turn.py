@@ -470,6 +470,8 @@ class TurnRun:
             for call in calls:
                 if call.tool_call_id not in done:
                     on_result(ToolMessage(tool_call_id=call.tool_call_id, content=INTERRUPTED))
+            for message in results:
+                self.emit(MessageOut(message=message))
             await self._commit(list(results), list(results), pending=pending)
             raise
         for message in results:
