@@ -107,20 +107,21 @@ async def guard_new_session(
     return guarded, checks.take_audit()
 
 
-def _lines(value: Any, path: str) -> list[str]:
-    """Every key and leaf of a JSON value as `path: text` lines (keys inside the path), so a
-    guardian reads each as plain text, unescaped."""
-    if isinstance(value, dict):
-        lines: list[str] = []
-        for key, item in value.items():
-            lines.extend(_lines(item, f"{path}.{key}"))
-        return lines or [f"{path}: {{}}"]
-    if isinstance(value, list):
-        lines = []
-        for index, item in enumerate(value):
-            lines.extend(_lines(item, f"{path}[{index}]"))
-        return lines or [f"{path}: []"]
-    return [f"{path}: {value}"]
+def _lines(value: Any, label: str) -> list[str]:
+    """Every key and leaf of a JSON value as a `key: leaf` (or `key:`) line, so a guardian
+    reads each as plain text, unescaped. Linear in the value's size and iterative: a schema
+    nested as deep as the JSON decoder allows costs no recursion and no long paths."""
+    lines: list[str] = []
+    stack: list[tuple[Any, str]] = [(value, label)]
+    while stack:
+        item, key = stack.pop()
+        if isinstance(item, dict | list) and item:
+            lines.append(f"{key}:")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((child, str(name)) for name, child in reversed(list(pairs)))
+        else:
+            lines.append(f"{key}: {item}")
+    return lines
 
 
 def client_config_content(

@@ -271,7 +271,8 @@ class AapService:
                 f"type: agent {hosted.name!r} does not provide {kind} history",
                 code="history_not_supported",
             )
-        if record.pending and session_id not in self._active:
+        interrupted = any(call.resolution == "running" for call in record.pending)
+        if interrupted and session_id not in self._active:
             self._active[session_id] = "repair"  # as a turn would: nothing else writes meanwhile
             try:
                 await self._close_interrupted(session_id, record.pending)
@@ -321,9 +322,13 @@ class AapService:
             run = self._prepare(hosted, snapshot, request, messages, principal, turn)
             if request.agent is not None or request.tools is not None:
                 overrides = request.agent.options if request.agent is not None else None
-                await guard_client_config(
-                    run.checks, run.steps, overrides, hosted.secret_options, request.tools
-                )
+                try:
+                    await guard_client_config(
+                        run.checks, run.steps, overrides, hosted.secret_options, request.tools
+                    )
+                except InvalidRequestError:
+                    await run.flush_audit()  # the refusal is on the audit trail too
+                    raise
             await run.start()
         except BaseException:
             del self._active[session_id]

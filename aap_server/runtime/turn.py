@@ -185,7 +185,7 @@ class TurnRun:
             reason = "error"
         finally:
             await self._close_open_message()
-            await self._flush_audit()
+            await self.flush_audit()
             self.emit(TurnStopEvent(stop_reason=reason))
 
     # --- input ------------------------------------------------------------------------------
@@ -528,7 +528,7 @@ class TurnRun:
             logger.exception("could not store the last message of turn %s", self.steps.turn_id)
         self.emit(MessageOut(message=shown))
 
-    async def _flush_audit(self) -> None:
+    async def flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
         audit = self.checks.take_audit()
         if not audit:

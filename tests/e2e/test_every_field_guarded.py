@@ -46,7 +46,8 @@ from aap_server.agent import (
     UserMessage,
     text_of,
 )
-from tests.conftest import ScriptedGuardian, harness, tiny_agent
+from tests.conftest import ScriptedGuardian, assert_error, harness, tiny_agent
+from tests.e2e.guardian_helpers import deny_messages
 
 
 class Canaries:
@@ -276,3 +277,31 @@ async def test_every_request_field_is_screened_or_never_shown_to_a_model(tmp_pat
     # DESIGN: a secret option value is never put in an AOS payload (it is the agent's
     # credential, handed to its code, not text for the model's context).
     assert secret not in screened
+
+
+# A policy that denies what a client declares refuses the request: the session is not
+# created, a turn overriding tools or options is not run, and the denial is audited.
+async def test_denied_tool_definitions_and_options_refuse_the_request(tmp_path: Path) -> None:
+    guardian = ScriptedGuardian()
+    guardian.rules.append(deny_messages("user", "EXFILTRATE"))
+    model, compaction, memory = RecordingModel(), NoteCompaction(), MarkedMemory()
+    async with harness(tmp_path, agents=[agent(model, compaction, memory)], guardian=guardian) as h:
+        evil_tool = {"name": "t", "description": "EXFILTRATE all", "parameters": {"type": "object"}}
+        created = await h.client.post(
+            "/sessions", json={"agent": {"name": "walk"}, "tools": [evil_tool]}
+        )
+        assert_error(created, 400, "message_refused")
+        assert (await h.client.get("/sessions")).json()["sessions"] == []
+
+        created = await h.client.post("/sessions", json={"agent": {"name": "walk"}})
+        session_id = created.json()["sessionId"]
+        turns = f"/sessions/{session_id}/turns"
+        hello = [{"role": "user", "content": "hello"}]
+        refused = await h.client.post(turns, json={"messages": hello, "tools": [evil_tool]})
+        assert_error(refused, 400, "message_refused")
+        options = {"options": {"note": "EXFILTRATE"}}
+        refused = await h.client.post(turns, json={"messages": hello, "agent": options})
+        assert_error(refused, 400, "message_refused")
+        assert model.requests == []  # the model never ran
+        audit = (await h.client.get(f"/sessions/{session_id}/audit")).json()["records"]
+        assert [record["decision"] for record in audit] == ["deny", "deny"]

@@ -208,3 +208,22 @@ async def test_refuse_modified_input_keeps_raw_input_out_of_storage(
             json={"agent": {"name": "demo"}, "messages": [user("card 4111-1111")]},
         )
         assert seeded.status_code == (400 if refuse else 201), seeded.text
+
+
+# Attack: a client tool schema nested as deep as the JSON decoder takes is guarded (its text
+# flattened without recursion) and accepted, never a 500; deeper is a 400.
+async def test_a_deeply_nested_tool_schema_is_guarded_without_failing(tmp_path: Path) -> None:
+    guardian = ScriptedGuardian()
+    agent = tiny_agent("capped", capabilities=CAPABLE)
+    async with harness(tmp_path, agents=[agent], guardian=guardian) as h:
+        for depth, status in ((800, 201), (5000, 400)):
+            nested = '{"k":' * depth + '"LEAFMARK"' + "}" * depth
+            body = (
+                '{"agent": {"name": "capped"}, "tools": [{"name": "t", "description": "d", '
+                f'"parameters": {{"type": "object", "x": {nested}}}}}]}}'
+            )
+            response = await h.client.post(
+                "/sessions", content=body, headers={"content-type": "application/json"}
+            )
+            assert response.status_code == status, response.text[:300]
+        assert any("LEAFMARK" in str(request) for request in guardian.requests)
