@@ -100,6 +100,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     policy: str = ""
     # How often the policy file is checked for changes (it is also reloaded on SIGHUP).
     policy_poll_seconds: float = 2.0
+    # What one request may carry (README "Limits"): messages (seed or turn), content blocks
+    # per message, client tool definitions, bytes per option value.
+    max_messages_per_request: int = 1000
+    max_blocks_per_message: int = 100
+    max_tools_per_request: int = 128
+    max_option_bytes: int = 4096
+    # A guardian `modify` of client input refuses it instead, and refused input is not stored
+    # (README "History": keeps raw sensitive input out of storage; `full` is exact otherwise).
+    refuse_modified_input: bool = False
     # Remote AOS guardians asked after the in-process policy, in order.
     guardians: list[RemoteGuardianSettings] = msgspec.field(default_factory=list)
     # Browser origins allowed to call the API (CORS), e.g. `https://app.example.com`; `*`:
@@ -117,7 +126,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     entry_point_agents: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("page_size", "max_body_bytes"):
+        for name in (
+            "page_size",
+            "max_body_bytes",
+            "max_messages_per_request",
+            "max_blocks_per_message",
+            "max_tools_per_request",
+            "max_option_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         for name in (

@@ -30,7 +30,7 @@ from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
 from aap_server.guardian.remote import RemoteGuardian
-from aap_server.runtime import AapService, AgentRegistry
+from aap_server.runtime import AapService, AgentRegistry, RequestLimits
 from aap_server.runtime.loading import load_agents
 from aap_server.store import SessionStore
 from aap_server.store.sqlite import SqliteSessionStore
@@ -111,6 +111,13 @@ def create_app(
         turn_timeout_seconds=settings.turn_timeout_seconds,
         approval_timeout_seconds=settings.approval_timeout_seconds,
         page_size=settings.page_size,
+        refuse_modified_input=settings.refuse_modified_input,
+        limits=RequestLimits(
+            max_messages=settings.max_messages_per_request,
+            max_blocks_per_message=settings.max_blocks_per_message,
+            max_tools=settings.max_tools_per_request,
+            max_option_bytes=settings.max_option_bytes,
+        ),
     )
 
     watcher: list[asyncio.Task[None]] = []
