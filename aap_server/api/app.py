@@ -21,6 +21,7 @@ from aap_server.api.cors import CorsMiddleware
 from aap_server.api.docs import docs_serving
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import get_health
+from aap_server.api.memories import MemoriesController
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import Settings
@@ -146,12 +147,14 @@ def create_app(
             for agent in hosted_agents:  # their models' connections (e.g. to an LLM endpoint)
                 try:
                     await agent.model.aclose()
+                    for close in agent.close_hooks:  # e.g. its MCP servers' connections
+                        await close()
                 except Exception:
                     logger.exception("closing agent %s failed", agent.name)
 
     app_version = package_version()
     app = Litestar(
-        route_handlers=[get_meta, get_health, SessionsController, post_aos],
+        route_handlers=[get_meta, get_health, SessionsController, post_aos, MemoriesController],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
