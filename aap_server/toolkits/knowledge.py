@@ -39,6 +39,7 @@ logger = logging.getLogger("aap_server.knowledge")
 SUFFIXES = {".txt": "text/plain", ".md": "text/markdown", ".markdown": "text/markdown"}
 PDF = ".pdf"
 _WORD = re.compile(r"\w+")
+_SPACE = re.compile(r"\s+")
 _FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
 _CONFIDENTIAL = re.compile(r"^confidential\s*:\s*(true|yes)\s*$", re.MULTILINE | re.IGNORECASE)
 # Words of a query used for the search (the rest are ignored): bounds the work per query.
@@ -63,7 +64,10 @@ def chunk_text(text: str, size: int, overlap: int) -> list[str]:
             chunks.append(piece)
         if end >= len(text):
             break
-        start = max(end - overlap, start + 1)
+        # The next chunk starts `overlap` back, at a word's start where there is one.
+        resume = end - overlap
+        gap = _SPACE.search(text, resume, end) if resume > start else None
+        start = max(gap.end() if gap else resume, start + 1)
     return chunks
 
 
