@@ -168,6 +168,7 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     knowledge_chunk_chars: int = 1200
     knowledge_max_results: int = 5
     knowledge_rescan_seconds: float = 5.0
+    knowledge_max_file_bytes: int = 20 * 1024 * 1024
     # Long-term memory per principal (the built-in `remember` tool), in this SQLite file.
     memory: bool = False
     memory_db: str = "./aap-memory.db"
@@ -612,6 +613,7 @@ def llm_agent(
             overlap_chars=spec.knowledge_chunk_chars // 6,
             max_results=spec.knowledge_max_results,
             rescan_seconds=spec.knowledge_rescan_seconds,
+            max_file_bytes=spec.knowledge_max_file_bytes,
         )
         if spec.knowledge
         else None
