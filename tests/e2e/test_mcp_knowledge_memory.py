@@ -472,3 +472,78 @@ async def test_the_model_remembers_through_its_tool_and_recalls_in_a_later_sessi
     assert_error(unknown, 400, "unknown_agent")
     assert deleted.status_code == 204
     assert after == []
+
+
+async def test_confidential_knowledge_may_not_leave_through_a_sending_mcp_tool(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    docs = docs_folder(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        textwrap.dedent(
+            """
+            version = 1
+            egress.tools = ["notes__lookup"]
+            [[rules]]
+            id = "no-exfiltration-after-untrusted-content"
+            action = "deny"
+            reason_code = "exfiltration.private_data"
+            message = "Private data may not leave"
+            match.method = ["steps/toolCallRequest"]
+            match.egress = true
+            match.session.untrusted_seen = true
+            match.session.private_data_in_arguments = true
+            """
+        ),
+        encoding="utf-8",
+    )
+    salary = "Alice Martin earns 98000 EUR as kettle engineer."
+    tea = "Green tea steeps at 80 degrees."
+    fake.script(
+        tool_calls_reply(("search_knowledge", {"query": "Alice kettle engineer"})),
+        tool_calls_reply(("notes__lookup", {"topic": salary})),
+        text_reply("I may not send that."),
+        tool_calls_reply(("search_knowledge", {"query": "green tea"})),
+        tool_calls_reply(("notes__lookup", {"topic": tea})),
+        text_reply("Sent."),
+    )
+    body = f'knowledge = [{json.dumps(str(docs))}]\nknowledge_confidential = ["hr/*"]\n'
+    tables = agent_table("clerk", fake.base_url, body + notes_server(tmp_path))
+    async with running(tmp_path, tables, RecordingGuardian(policy)) as client:
+        _, leaked = await turn(client, "clerk", "Send Alice's pay", ["notes__lookup"])
+        _, shared = await turn(client, "clerk", "Send the tea note", ["notes__lookup"])
+
+    # The confidential document's line never reached the MCP server; the public one did.
+    assert calls_received(tmp_path) == [{"tool": "lookup", "arguments": {"topic": tea}}]
+    assert [(r["method"], r["ruleId"]) for r in leaked if r["decision"] == "deny"] == [
+        ("steps/toolCallRequest", "no-exfiltration-after-untrusted-content")
+    ]
+    assert all(record["decision"] == "allow" for record in shared)
+
+
+async def test_a_denied_memory_store_stores_nothing_and_the_model_is_told(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        textwrap.dedent(
+            """
+            version = 1
+            [[rules]]
+            id = "no-memories"
+            action = "deny"
+            reason_code = "test.no_memories"
+            match.method = ["steps/memoryStore"]
+            """
+        ),
+        encoding="utf-8",
+    )
+    fake.script(tool_calls_reply(("remember", {"items": ["my PIN is 1234"]})), text_reply("Ok."))
+    body = f"memory = true\nmemory_db = {json.dumps(str(tmp_path / 'memory.db'))}\n"
+    tables = agent_table("buddy", fake.base_url, body)
+    async with running(tmp_path, tables, RecordingGuardian(policy)) as client:
+        answer, audit = await turn(client, "buddy", "Remember my PIN 1234")
+        listed = (await client.get("/memories", params={"agent": "buddy"})).json()["memories"]
+    assert ("steps/memoryStore", "deny") in steps(audit)
+    assert answer["messages"][1]["content"] == "Nothing was remembered (not allowed by policy)."
+    assert listed == []
