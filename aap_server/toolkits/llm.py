@@ -661,5 +661,8 @@ def llm_agent(
         compaction=KeepRecentTurns(max_messages=spec.max_history_messages),
         knowledge=knowledge,
         memory=memory,
-        close_hooks=[toolset.aclose for toolset in toolsets],
+        close_hooks=[
+            *(toolset.aclose for toolset in toolsets),
+            *([memory.aclose] if memory else []),
+        ],
     )

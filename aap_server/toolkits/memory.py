@@ -129,9 +129,14 @@ class SqliteMemory(Memory):
 
         return await asyncio.to_thread(run)
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+    async def aclose(self) -> None:
+        """Close the database (the server calls it at shutdown through `Agent.close_hooks`)."""
+
+        def run() -> None:
+            with self._lock:
+                self._db.close()
+
+        await asyncio.to_thread(run)
 
 
 def _record(row: tuple[Any, ...]) -> MemoryRecord:

@@ -144,7 +144,8 @@ async def test_an_mcp_tool_call_goes_through_protocols_mcp_both_ways(
         answer, audit = await turn(client, "librarian", "How do I make tea?", ["notes__lookup"])
 
     (agent,) = meta["agents"]
-    assert [tool["name"] for tool in agent["tools"]] == ["notes__lookup", "notes__add"]
+    names = [tool["name"] for tool in agent["tools"]]
+    assert names == ["notes__lookup", "notes__add", "notes__rewrite"]
     assert agent["tools"][0]["description"] == "Look up a note by topic."
     assert agent["tools"][0]["parameters"]["required"] == ["topic"]
     assert answer["stopReason"] == "end_turn"
@@ -165,7 +166,7 @@ async def test_an_mcp_tool_call_goes_through_protocols_mcp_both_ways(
     ]
     listed, listing, call, called = mcp_messages(guardian)
     assert listed["method"] == "tools/list"
-    assert [tool["name"] for tool in listing["result"]["tools"]] == ["lookup", "add"]
+    assert [tool["name"] for tool in listing["result"]["tools"]] == ["lookup", "add", "rewrite"]
     assert call["params"] == {"name": "lookup", "arguments": {"topic": "tea"}}
     assert called["id"] == call["id"]
     assert called["result"]["content"][0]["text"].startswith("Green tea")
