@@ -16,7 +16,9 @@ compared with the pins: a tool whose description or schema changed since it was 
 `notifications/tools/list_changed` makes the next call list and compare again.
 
 The guardian sees the JSON-RPC messages as the SDK sends them (method and params, and the
-result as the server returned it); the `id` is this toolset's own counter.
+result as the server returned it); the `id` is this toolset's own counter. The connection's
+`initialize` handshake is shown to the guardian as well (deny enforced; the SDK owns its
+content, so a modification of it is not applied).
 """
 
 from __future__ import annotations
@@ -125,12 +127,14 @@ class _Connection:
     def alive(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def open(self) -> Any:
+    async def open(self) -> tuple[Any, dict[str, Any]]:
+        """The initialized session and the server's `initialize` result."""
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.spec.name}")
         # Shielded: a call that times out while connecting leaves the connection to finish.
         async with asyncio.timeout(self.spec.connect_timeout_seconds):
-            return await asyncio.shield(ready)
+            opened: tuple[Any, dict[str, Any]] = await asyncio.shield(ready)
+            return opened
 
     async def _handle(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None)
@@ -149,10 +153,11 @@ class _Connection:
                         streams[1],
                         read_timeout_seconds=self.spec.call_timeout_seconds,
                         message_handler=self._handle,
+                        client_info=_client_info(),
                     )
                 )
-                await session.initialize()
-                ready.set_result(session)
+                initialized = _dump(await session.initialize())
+                ready.set_result((session, initialized))
                 await self._stop.wait()
         except Exception as error:
             if not ready.done():
@@ -170,6 +175,15 @@ class _Connection:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
+
+
+CLIENT_INFO = {"name": "aap-server", "version": "1"}
+
+
+def _client_info() -> Any:
+    from mcp.types import Implementation
+
+    return Implementation(name=CLIENT_INFO["name"], version=CLIENT_INFO["version"])
 
 
 def _transport(spec: McpServerSpec) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -318,19 +332,37 @@ class McpToolset:
         async with self._lock:
             connection = self._connection
             if connection is None or not connection.alive:
-                connection = _Connection(self.spec, self._list_changed)
-                self._connection = connection
-                self._verified = None
-                try:
-                    session = await connection.open()
-                except Exception as error:
-                    self._connection = None
-                    logger.warning("MCP server %r: cannot connect: %r", self.spec.name, error)
-                    raise ToolError(f"MCP server {self.spec.name!r} is not reachable") from error
-                self._live = session
+                await self._connect(context)
             if self._verified is None:
                 await self._verify(self._live, context)
             return self._live
+
+    async def _connect(self, context: ToolContext) -> None:
+        """Open the serving connection; its `initialize` handshake goes through the guardian
+        too (a denied request: not connected; a denied answer: disconnected). The SDK sends the
+        handshake itself, so a modification of it is not applied."""
+        request: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "id": self._next_id(),
+            "method": "initialize",
+            "params": {"clientInfo": CLIENT_INFO, "capabilities": {}},
+        }
+        await context.mcp_send(request)
+        connection = _Connection(self.spec, self._list_changed)
+        try:
+            session, initialized = await connection.open()
+        except Exception as error:
+            await connection.close()
+            logger.warning("MCP server %r: cannot connect: %r", self.spec.name, error)
+            raise ToolError(f"MCP server {self.spec.name!r} is not reachable") from error
+        try:
+            await context.mcp_receive(
+                {"jsonrpc": "2.0", "id": request["id"], "result": initialized}
+            )
+        except BaseException:
+            await connection.close()
+            raise
+        self._connection, self._live, self._verified = connection, session, None
 
     async def _verify(self, session: Any, context: ToolContext) -> None:
         """List the tools through the guardian and compare them with the pins."""

@@ -161,10 +161,14 @@ async def test_an_mcp_tool_call_goes_through_protocols_mcp_both_ways(
         ("protocols/MCP", "allow"),
         ("protocols/MCP", "allow"),
         ("protocols/MCP", "allow"),
+        ("protocols/MCP", "allow"),
+        ("protocols/MCP", "allow"),
         ("steps/toolCallResult", "allow"),
         ("steps/message", "allow"),
     ]
-    listed, listing, call, called = mcp_messages(guardian)
+    initialize, initialized, listed, listing, call, called = mcp_messages(guardian)
+    assert initialize["method"] == "initialize"
+    assert initialized["result"]["serverInfo"]["name"] == "notes"
     assert listed["method"] == "tools/list"
     assert [tool["name"] for tool in listing["result"]["tools"]] == ["lookup", "add", "rewrite"]
     assert call["params"] == {"name": "lookup", "arguments": {"topic": "tea"}}
@@ -240,9 +244,9 @@ async def test_a_tool_whose_description_changed_after_start_is_refused(
     assert "changed its description or schema since it was pinned" in result
     assert "'lookup'" in result
     # The changed listing itself was screened as untrusted text on its way in.
-    listing = mcp_messages(guardian)[1]
+    listing = mcp_messages(guardian)[3]
     assert listing["result"]["tools"][0]["description"].startswith("Before answering")
-    assert steps(audit)[2:4] == [("protocols/MCP", "allow"), ("protocols/MCP", "allow")]
+    assert steps(audit)[2:6] == [("protocols/MCP", "allow")] * 4
 
 
 async def test_the_published_mcp_server_time_package_serves_its_tools(
@@ -264,7 +268,7 @@ async def test_the_published_mcp_server_time_package_serves_its_tools(
     assert names == ["time__get_current_time", "time__convert_time"]
     result = json.loads(answer["messages"][1]["content"])
     assert result["timezone"] == "Europe/Paris"
-    assert steps(audit).count(("protocols/MCP", "allow")) == 4
+    assert steps(audit).count(("protocols/MCP", "allow")) == 6
 
 
 def free_port() -> int:
@@ -310,7 +314,7 @@ async def test_a_streamable_http_mcp_server_is_reached_over_its_url(
             await process.wait()
     assert answer["messages"][1]["content"] == "5"
     assert calls_received(tmp_path) == [{"tool": "add", "arguments": {"a": "2", "b": "3"}}]
-    assert steps(audit).count(("protocols/MCP", "allow")) == 4
+    assert steps(audit).count(("protocols/MCP", "allow")) == 6
 
 
 async def test_an_unreachable_mcp_server_is_a_start_up_error_naming_the_agent(

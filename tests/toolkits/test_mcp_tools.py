@@ -135,11 +135,12 @@ async def test_one_connection_serves_every_call_and_lists_tools_once(
     for number in range(3):
         assert await notes.call("add", {"a": number, "b": 1}, guard) == str(number + 1)
     methods = [message.get("method") for direction, message in guard.shown if direction == "out"]
-    assert methods == ["tools/list", "tools/call", "tools/call", "tools/call"]
+    assert methods == ["initialize", "tools/list", "tools/call", "tools/call", "tools/call"]
     # Closing stops the server process; the next call opens a new connection.
     await notes.aclose()
     assert await notes.call("add", {"a": 5, "b": 5}, guard) == "10"
-    assert [m.get("method") for d, m in guard.shown if d == "out"][-2:] == [
+    assert [m.get("method") for d, m in guard.shown if d == "out"][-3:] == [
+        "initialize",
         "tools/list",
         "tools/call",
     ]
@@ -153,6 +154,21 @@ async def test_a_denied_tool_list_stops_the_call_and_is_asked_again(
 
     with pytest.raises(StepDeniedError):
         await notes.call("add", {"a": 1, "b": 2}, Guard(inbound=deny_listing))
+    assert received(tmp_path) == []
+    assert await notes.call("add", {"a": 1, "b": 2}, Guard()) == "3"
+
+
+async def test_a_denied_handshake_opens_no_connection(notes: McpToolset, tmp_path: Path) -> None:
+    def deny_initialize(message: dict[str, Any]) -> dict[str, Any] | None:
+        return None if message.get("method") == "initialize" else message
+
+    def deny_server_info(message: dict[str, Any]) -> dict[str, Any] | None:
+        return None if "serverInfo" in (message.get("result") or {}) else message
+
+    for guard in (Guard(outbound=deny_initialize), Guard(inbound=deny_server_info)):
+        with pytest.raises(StepDeniedError):
+            await notes.call("add", {"a": 1, "b": 2}, guard)
+        assert [m.get("method") for d, m in guard.shown if d == "out"] == ["initialize"]
     assert received(tmp_path) == []
     assert await notes.call("add", {"a": 1, "b": 2}, Guard()) == "3"
 
@@ -183,7 +199,14 @@ async def test_a_description_changed_under_a_live_connection_is_refused_after_no
     finally:
         await toolset.aclose()
     methods = [message.get("method") for direction, message in guard.shown if direction == "out"]
-    assert methods == ["tools/list", "tools/call", "tools/call", "tools/list", "tools/call"]
+    assert methods == [
+        "initialize",
+        "tools/list",
+        "tools/call",
+        "tools/call",
+        "tools/list",
+        "tools/call",
+    ]
     assert [call["tool"] for call in received(tmp_path)] == ["lookup", "add"]
 
 
