@@ -3,6 +3,7 @@ enforced on each message as specs/aos/extend_mcp.md says, tools are pinned, limi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -144,6 +145,15 @@ async def test_one_connection_serves_every_call_and_lists_tools_once(
         "tools/list",
         "tools/call",
     ]
+
+
+async def test_concurrent_calls_share_one_connection(notes: McpToolset) -> None:
+    guard = Guard()
+    results = await asyncio.gather(*(notes.call("add", {"a": n, "b": n}, guard) for n in range(8)))
+    assert results == [str(2 * n) for n in range(8)]
+    methods = [m.get("method") for d, m in guard.shown if d == "out"]
+    assert methods.count("initialize") == 1
+    assert methods.count("tools/list") == 1
 
 
 async def test_a_denied_tool_list_stops_the_call_and_is_asked_again(
