@@ -73,16 +73,20 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from aap_server.api import create_app
+    from aap_server.api.drain import DrainingServer
 
     app = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is left
+        # is connections finishing their last bytes.
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
         access_log=False,
     )
+    DrainingServer(config, app.state.drain).run()
     return 0
 
 

@@ -93,6 +93,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # How long a permission request (tool_call + stopReason tool_use) waits for its answer.
     approval_timeout_seconds: float = 3600.0
     shutdown_grace_seconds: float = 30.0
+    # GET /health pings the guardians at most this often; callers in between share the answer.
+    health_cache_seconds: float = 10.0
     log_level: str = "info"
     # The guardian's policy file (TOML); empty: the policy that ships with the server.
     policy: str = ""
@@ -111,6 +113,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "turn_timeout_seconds",
             "approval_timeout_seconds",
             "shutdown_grace_seconds",
+            "health_cache_seconds",
             "policy_poll_seconds",
         ):
             if getattr(self, name) <= 0:

@@ -26,15 +26,16 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def no_uvicorn(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
-    """Replace uvicorn.run: record its arguments instead of serving."""
-    import uvicorn
+    """Replace the server's run: record its configuration instead of serving."""
+    from aap_server.api.drain import DrainingServer
 
     calls: list[dict[str, object]] = []
 
-    def fake_run(app: object, **kwargs: object) -> None:
-        calls.append({"app": app, **kwargs})
+    def fake_run(server: DrainingServer, sockets: object = None) -> None:
+        config = server.config
+        calls.append({"app": config.app, "host": config.host, "port": config.port})
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(DrainingServer, "run", fake_run)
     return calls
 
 

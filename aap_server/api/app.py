@@ -16,8 +16,9 @@ from litestar.datastructures import State
 from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import post_aos
 from aap_server.api.auth import Authenticator
+from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS
-from aap_server.api.health import get_health
+from aap_server.api.health import HealthCache, get_health
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import Settings
@@ -107,6 +108,7 @@ def create_app(
     )
 
     watcher: list[asyncio.Task[None]] = []
+    drain = Drain(service, settings.shutdown_grace_seconds)
 
     async def open_store() -> None:
         await store.open()
@@ -135,6 +137,7 @@ def create_app(
         route_handlers=[get_meta, get_health, SessionsController, post_aos],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
+        before_request=drain.refuse_new_work,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=openapi_config(app_version),
         request_max_body_size=settings.max_body_bytes,
@@ -142,7 +145,8 @@ def create_app(
             {
                 "settings": settings,
                 "service": service,
-                "guardian": guardian,  # for GET /health; checks go through the service's
+                "health": HealthCache(guardian, settings.health_cache_seconds),
+                "drain": drain,
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }

@@ -49,7 +49,7 @@ class Authenticator:
         return found
 
 
-def _authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     authenticator: Authenticator = connection.app.state.authenticator
     principal = authenticator.principal(connection.headers.get("authorization"))
     connection.state[_PRINCIPAL] = principal
@@ -61,7 +61,7 @@ async def require_principal(
 ) -> None:
     """Guard: authenticate before anything else, so that a caller without a valid key gets
     401 and nothing else (no 400 or 413 about a body the server has not even read)."""
-    _authenticate(connection)
+    authenticate(connection)
 
 
 async def require_principal_unless_public_meta(
@@ -69,7 +69,7 @@ async def require_principal_unless_public_meta(
 ) -> None:
     """Guard of `GET /meta`: public unless the `public_meta` setting is off."""
     if not connection.app.state.settings.public_meta:
-        _authenticate(connection)
+        authenticate(connection)
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
@@ -77,4 +77,4 @@ async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
     principal = request.state.get(_PRINCIPAL)
     if isinstance(principal, Principal):
         return principal
-    return _authenticate(request)  # a route without the guard still authenticates
+    return authenticate(request)  # a route without the guard still authenticates

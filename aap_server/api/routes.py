@@ -163,9 +163,9 @@ class SessionsController(Controller):
             # A Litestar Response: JSON, encoded by msgspec (the annotation covers SSE only).
             return Response(await none_view(turn.events()))  # type: ignore[return-value]
         view = delta_view if turn.mode == "delta" else message_view
-        settings = request.app.state.settings
+        state = request.app.state
         return EventSourceResponse(
-            sse_frames(view(turn.events())),
-            ping=settings.sse_ping_seconds,
+            state.drain.track(sse_frames(view(turn.events()))),
+            ping=state.settings.sse_ping_seconds,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
