@@ -12,6 +12,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from aap_server.config import ApiKey
 from aap_server.runtime import LOCAL_PRINCIPAL, Principal
+from aap_server.runtime.limits import PrincipalLimits
 
 _PRINCIPAL = "aap_principal"  # where the guard leaves the caller in the request's state
 
@@ -52,6 +53,8 @@ class Authenticator:
 def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     authenticator: Authenticator = connection.app.state.authenticator
     principal = authenticator.principal(connection.headers.get("authorization"))
+    limits: PrincipalLimits = connection.app.state.limits
+    limits.admit_request(principal.owner)  # 429 past the principal's request rate
     connection.state[_PRINCIPAL] = principal
     return principal
 

@@ -35,6 +35,7 @@ from aap_server.runtime.errors import (
     UnavailableError,
 )
 from aap_server.runtime.events import EngineEvent
+from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import AgentRegistry, HostedAgent, redact_all
 from aap_server.runtime.validation import (
@@ -86,6 +87,7 @@ class AapService:
         page_size: int = 20,
         approval_timeout_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        limits: PrincipalLimits | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -100,6 +102,7 @@ class AapService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
+        self.limits = limits or PrincipalLimits()  # concurrent turns per principal
 
     # --- meta and sessions ------------------------------------------------------------------
 
@@ -238,6 +241,7 @@ class AapService:
         # Take the lock first, then read everything the turn needs in one go: the previous
         # turn stored its results before releasing the lock, so this read is current.
         turn = Turn(new_id("turn_"), request.stream or "none")
+        self.limits.start_turn(principal.owner)
         self._active[session_id] = turn.turn_id
         try:
             snapshot = await self.store.load_turn(session_id, principal.owner)
@@ -251,10 +255,12 @@ class AapService:
             await run.start()
         except BaseException:
             del self._active[session_id]
+            self.limits.end_turn(principal.owner)
             raise
         task = asyncio.create_task(self._finish(run, turn, session_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self.limits.end_turn(principal.owner))
         return turn
 
     def _prepare(
