@@ -95,8 +95,9 @@ class InvalidCursorError(ValueError):
 
 class StoreLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Per-owner quotas, checked from counters the store keeps (never by counting rows):
-    `max_sessions` when a session is created, `max_stored_bytes` (history and agent state,
-    as stored) when a session is created or a turn starts. 0: no limit."""
+    `max_sessions` when a session is created, `max_stored_bytes` (history, agent state and
+    audit entries, as stored) when a session is created, a turn starts or a POST /aos
+    verdict is recorded. 0: no limit."""
 
     max_sessions: int = 0
     max_stored_bytes: int = 0
@@ -191,7 +192,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
-        """Append verdicts to a chain that is not a session's (a POST /aos caller's)."""
+        """Append verdicts to a chain that is not a session's (a POST /aos caller's);
+        QuotaExceededError (nothing written) when the owner is at its stored-bytes quota."""
 
     @abc.abstractmethod
     async def list_audit_chains(self, after: str | None, limit: int) -> list[AuditChain]:

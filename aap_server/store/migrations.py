@@ -107,8 +107,11 @@ MIGRATIONS: tuple[str, ...] = (
         sessions     INTEGER NOT NULL,
         stored_bytes INTEGER NOT NULL
     ) WITHOUT ROWID;
-    INSERT INTO owner_usage (owner, sessions, stored_bytes)
-        SELECT owner, COUNT(*), SUM(stored_bytes) FROM sessions GROUP BY owner;
+    INSERT INTO owner_usage (owner, sessions, stored_bytes)  -- audit entries count too
+        SELECT owner, COUNT(*), SUM(stored_bytes + (
+            SELECT COALESCE(SUM(length(entry)), 0) FROM audit_entries AS a
+            WHERE a.chain = sessions.session_id))
+        FROM sessions GROUP BY owner;
     """,
 )
 

@@ -187,13 +187,17 @@ _LIST_CHAINS = (
     "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
     "WHERE chain > ? ORDER BY chain LIMIT ?"
 )
-_ENDED_CHAINS = "SELECT chain FROM audit_chains WHERE ended_at IS NOT NULL AND ended_at < ? LIMIT ?"
-_DROP_CHAIN_ENTRIES = "DELETE FROM audit_entries WHERE chain = ?"
+_ENDED_CHAINS = (
+    "SELECT chain, owner FROM audit_chains WHERE ended_at IS NOT NULL AND ended_at < ? LIMIT ?"
+)
+_DROP_CHAIN_ENTRIES = "DELETE FROM audit_entries WHERE chain = ? RETURNING length(entry)"
 _DROP_CHAIN = "DELETE FROM audit_chains WHERE chain = ?"
 # Caller chains are named `aos:<owner>`: a primary-key range (';' follows ':').
-_CALLER_CHAINS = "SELECT chain FROM audit_chains WHERE chain >= 'aos:' AND chain < 'aos;'"
+_CALLER_CHAINS = "SELECT chain, owner FROM audit_chains WHERE chain >= 'aos:' AND chain < 'aos;'"
 _OLDEST_ENTRIES = "SELECT seq, at_ms, hash FROM audit_entries WHERE chain = ? ORDER BY seq LIMIT ?"
-_DROP_ENTRIES_THROUGH = "DELETE FROM audit_entries WHERE chain = ? AND seq <= ?"
+_DROP_ENTRIES_THROUGH = (
+    "DELETE FROM audit_entries WHERE chain = ? AND seq <= ? RETURNING length(entry)"
+)
 _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = ?, start_hash = ? WHERE chain = ?"
 
 
@@ -296,13 +300,16 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
         conn.execute(_ADD_SESSION_BYTES, (added, session_id))
         conn.execute(_ADD_USAGE, (owner, 0, added))
     if step.audit:
-        _append_audit(conn, session_id, step.audit)
+        _append_audit(conn, session_id, owner, step.audit)
     if step.guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
 
 
-def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDraft]) -> None:
-    """Chain each entry to the last one stored (one indexed lookup, not a scan)."""
+def _append_audit(
+    conn: sqlite3.Connection, chain: str, owner: str, drafts: Sequence[AuditDraft]
+) -> None:
+    """Chain each entry to the last one stored (one indexed lookup, not a scan); its bytes
+    count towards the owner's stored bytes until pruned."""
     last = conn.execute(_LAST_AUDIT, (chain,)).fetchone()
     seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
     now = _now_ms()
@@ -315,6 +322,7 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
         rows.append((chain, seq, now, _ENCODER.encode(entry), digest))
         seq, prev_hash = seq + 1, digest
     conn.executemany(_INSERT_AUDIT, rows)
+    conn.execute(_ADD_USAGE, (owner, 0, sum(len(row[3]) for row in rows)))
 
 
 def _check_quota(
@@ -340,12 +348,19 @@ def _delete_sync(conn: sqlite3.Connection, session_id: str, owner: str) -> bool:
     return True
 
 
+def _drop_entries(conn: sqlite3.Connection, owner: str, sql: str, params: tuple[Any, ...]) -> int:
+    """Run a DELETE of audit entries; give their bytes back to `owner`; how many went."""
+    sizes = conn.execute(sql, params).fetchall()
+    conn.execute(_ADD_USAGE, (owner, 0, -sum(size for (size,) in sizes)))
+    return len(sizes)
+
+
 def _prune_sync(conn: sqlite3.Connection, before_ms: int, batch: int) -> int:
     removed = 0
-    for (chain,) in conn.execute(_ENDED_CHAINS, (before_ms, batch)).fetchall():
-        removed += conn.execute(_DROP_CHAIN_ENTRIES, (chain,)).rowcount
+    for chain, owner in conn.execute(_ENDED_CHAINS, (before_ms, batch)).fetchall():
+        removed += _drop_entries(conn, owner, _DROP_CHAIN_ENTRIES, (chain,))
         removed += conn.execute(_DROP_CHAIN, (chain,)).rowcount
-    for (chain,) in conn.execute(_CALLER_CHAINS).fetchall():
+    for chain, owner in conn.execute(_CALLER_CHAINS).fetchall():
         rows = conn.execute(_OLDEST_ENTRIES, (chain, batch + 1)).fetchall()
         if len(rows) <= batch:
             rows = rows[:-1]  # the newest entry anchors the chain: never pruned
@@ -354,7 +369,7 @@ def _prune_sync(conn: sqlite3.Connection, before_ms: int, batch: int) -> int:
             old += 1
         if old:
             last_seq, _, last_hash = rows[old - 1]
-            removed += conn.execute(_DROP_ENTRIES_THROUGH, (chain, last_seq)).rowcount
+            removed += _drop_entries(conn, owner, _DROP_ENTRIES_THROUGH, (chain, last_seq))
             conn.execute(_MOVE_CHAIN_START, (last_seq + 1, last_hash, chain))
     return removed
 
@@ -380,7 +395,7 @@ def _create_sync(
     conn.executemany(_INSERT_MESSAGE["full"], rows)
     conn.executemany(_INSERT_MESSAGE["compacted"], rows)
     if audit:
-        _append_audit(conn, session_id, audit)
+        _append_audit(conn, session_id, owner, audit)
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
 
@@ -624,10 +639,12 @@ class SqliteSessionStore(SessionStore):
     async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
         if not drafts:
             return
+        limits = self._limits
 
         def append(conn: sqlite3.Connection) -> None:
             conn.execute(_OPEN_CALLER_CHAIN, (chain, owner, GENESIS_HASH))
-            _append_audit(conn, chain, drafts)
+            _check_quota(conn, limits, owner, 0, 1)  # at the quota: no more verdicts given
+            _append_audit(conn, chain, owner, drafts)
 
         await self._write(append)
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 
 from aap_server.config import Settings
+from tests.aos.samples import sample_requests
 from tests.conftest import KEYS, Harness, assert_error, harness
 
 BOB = {"Authorization": "Bearer key-bob"}
@@ -118,3 +120,20 @@ async def test_default_limits_let_a_normal_burst_through(tmp_path: Path) -> None
         )
         assert {a.status_code for a in answers} == {200}
         assert json.loads(answers[0].text)["stopReason"] == "end_turn"
+
+
+async def test_aos_verdicts_count_towards_stored_bytes(tmp_path: Path) -> None:
+    step = msgspec.to_builtins(sample_requests()["steps/message"])
+    async with harness(tmp_path, settings=limited(tmp_path, max_stored_bytes=2000)) as h:
+        answered = 0
+        for _ in range(50):  # each recorded verdict is a few hundred bytes
+            response = await h.client.post("/aos", json=step)
+            if response.status_code != 200:
+                break
+            answered += 1
+        error = assert_error(response, 429, "quota_exceeded")
+        assert error["details"]["quota"] == "stored_bytes"
+        assert error["details"]["used"] >= 2000
+        assert 2 < answered < 50
+        # Every verdict that was answered is on the record; the refused request got none.
+        assert len((await h.client.get("/aos/audit")).json()["records"]) == answered

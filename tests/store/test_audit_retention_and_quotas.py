@@ -196,11 +196,12 @@ async def test_the_stored_bytes_quota_stops_new_turns_and_sessions(tmp_path: Pat
 def usage(path: str) -> dict[str, tuple[int, int]]:
     with closing(sqlite3.connect(path)) as conn:
         rows = conn.execute("SELECT owner, sessions, stored_bytes FROM owner_usage").fetchall()
-    return {owner: (sessions, stored) for owner, sessions, stored in rows if sessions}
+    return {owner: (sessions, stored) for owner, sessions, stored in rows if sessions or stored}
 
 
 def usage_counted(path: str) -> dict[str, tuple[int, int]]:
-    """What the counters must equal, counted the slow way."""
+    """What the counters must equal, counted the slow way: live sessions' history and state,
+    and every audit entry still kept (deleted sessions' and callers' included)."""
     with closing(sqlite3.connect(path)) as conn:
         rows = conn.execute(
             """SELECT owner, COUNT(*), SUM(
@@ -212,7 +213,15 @@ def usage_counted(path: str) -> dict[str, tuple[int, int]]:
                   WHERE a.session_id = s.session_id))
                FROM sessions s GROUP BY owner"""
         ).fetchall()
-    return {owner: (sessions, stored) for owner, sessions, stored in rows}
+        audit = conn.execute(
+            """SELECT c.owner, SUM(length(e.entry)) FROM audit_entries e
+               JOIN audit_chains c ON c.chain = e.chain GROUP BY c.owner"""
+        ).fetchall()
+    counted = {owner: (sessions, stored) for owner, sessions, stored in rows}
+    for owner, stored in audit:
+        sessions, other = counted.get(owner, (0, 0))
+        counted[owner] = (sessions, other + stored)
+    return counted
 
 
 async def test_usage_counters_match_what_is_stored_after_every_kind_of_write(
@@ -233,9 +242,14 @@ async def test_usage_counters_match_what_is_stored_after_every_kind_of_write(
             StepWrite(compaction=Compaction(drop=2, replacement=[assistant("summary")])),
         )
         await store.commit(b.session_id, StepWrite(full=[user("bob" * 30)]))
+        await store.commit(a.session_id, StepWrite(audit=[draft("s0"), draft("s1")]))
+        await store.commit(b.session_id, StepWrite(audit=[draft("s2")]))
+        await store.append_audit(caller_chain("carol"), "carol", [draft("c0"), draft("c1")])
         assert usage(path) == usage_counted(path)
         await store.delete_session(b.session_id, b.owner)
-        assert usage(path) == usage_counted(path)
+        assert usage(path) == usage_counted(path)  # the deleted session's audit still counts
+        await store.prune_audit(now_ms() + 1)
+        assert usage(path) == usage_counted(path)  # pruned entries give their bytes back
     finally:
         await store.close()
 
@@ -265,9 +279,27 @@ def test_a_version_3_database_keeps_its_audit_and_gets_its_counters(tmp_path: Pa
         assert conn.execute("SELECT chain, owner, ended_at FROM audit_chains").fetchall() == [
             ("sess_1", "acme:alice", None)
         ]
-        assert conn.execute("SELECT * FROM owner_usage").fetchall() == [("acme:alice", 1, 6)]
+        assert conn.execute("SELECT * FROM owner_usage").fetchall() == [
+            ("acme:alice", 1, 6 + len(entry))
+        ]
         # The old table is gone, so nothing can cascade any more.
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         assert "audit" not in tables
         conn.execute("DELETE FROM sessions")
         assert conn.execute("SELECT COUNT(*) FROM audit_entries").fetchone() == (1,)
+
+
+async def test_callers_at_the_stored_bytes_quota_get_no_more_verdicts_recorded(
+    tmp_path: Path,
+) -> None:
+    store = SqliteSessionStore(str(tmp_path / "a.db"), StoreLimits(max_stored_bytes=600))
+    await store.open()
+    try:
+        chain = caller_chain("acme:bob")
+        await store.append_audit(chain, "acme:bob", [draft("a0"), draft("a1")])  # ~2 x 330
+        with pytest.raises(QuotaExceededError):
+            await store.append_audit(chain, "acme:bob", [draft("a2")])
+        assert await steps(store, chain) == ["a0", "a1"]
+        await store.append_audit(caller_chain("carol"), "carol", [draft("c0")])  # her own
+    finally:
+        await store.close()
