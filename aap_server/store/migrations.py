@@ -94,24 +94,22 @@ MIGRATIONS: tuple[str, ...] = (
         FROM audit;
     DROP TABLE audit;
 
-    ALTER TABLE sessions ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0;
-    UPDATE sessions SET stored_bytes =
-        (SELECT COALESCE(SUM(length(message)), 0) FROM history_full AS h
-         WHERE h.session_id = sessions.session_id)
-      + (SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted AS h
-         WHERE h.session_id = sessions.session_id)
-      + (SELECT COALESCE(SUM(length(value)), 0) FROM agent_state AS s
-         WHERE s.session_id = sessions.session_id);
     CREATE TABLE owner_usage (
         owner        TEXT PRIMARY KEY,
         sessions     INTEGER NOT NULL,
         stored_bytes INTEGER NOT NULL
     ) WITHOUT ROWID;
     INSERT INTO owner_usage (owner, sessions, stored_bytes)  -- audit entries count too
-        SELECT owner, COUNT(*), SUM(stored_bytes + (
-            SELECT COALESCE(SUM(length(entry)), 0) FROM audit_entries AS a
-            WHERE a.chain = sessions.session_id))
-        FROM sessions GROUP BY owner;
+        SELECT owner, COUNT(*), SUM(
+            (SELECT COALESCE(SUM(length(message)), 0) FROM history_full AS h
+             WHERE h.session_id = s.session_id)
+          + (SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted AS h
+             WHERE h.session_id = s.session_id)
+          + (SELECT COALESCE(SUM(length(value)), 0) FROM agent_state AS a
+             WHERE a.session_id = s.session_id)
+          + (SELECT COALESCE(SUM(length(entry)), 0) FROM audit_entries AS a
+             WHERE a.chain = s.session_id))
+        FROM sessions AS s GROUP BY owner;
     """,
 )
 

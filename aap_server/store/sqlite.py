@@ -113,8 +113,8 @@ def decode_audit_cursor(cursor: str) -> int:
 # Constant statements only (one per history table), never SQL built from values.
 
 _INSERT_SESSION = (
-    "INSERT INTO sessions (session_id, owner, agent, tools, pending, created_at, stored_bytes) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO sessions (session_id, owner, agent, tools, pending, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
 )
 _SELECT_SESSION = "SELECT agent, tools, pending FROM sessions WHERE session_id = ? AND owner = ?"
 _SESSION_OWNER = "SELECT owner FROM sessions WHERE session_id = ?"
@@ -124,7 +124,14 @@ _UPDATE_SESSION = (
     "tools = CASE WHEN ?2 THEN ?3 ELSE tools END, pending = COALESCE(?4, pending) "
     "WHERE session_id = ?5"
 )
-_DELETE_SESSION = "DELETE FROM sessions WHERE session_id = ? AND owner = ? RETURNING stored_bytes"
+_DELETE_SESSION = "DELETE FROM sessions WHERE session_id = ? AND owner = ?"
+# What a session holds, counted only when it goes (its rows are visited by the delete anyway),
+# so that no step has to keep a per-session counter.
+_SESSION_SIZE = (
+    "SELECT (SELECT COALESCE(SUM(length(message)), 0) FROM history_full WHERE session_id = ?1)"
+    " + (SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted WHERE session_id = ?1)"
+    " + (SELECT COALESCE(SUM(length(value)), 0) FROM agent_state WHERE session_id = ?1)"
+)
 _LIST_FIRST = (
     "SELECT session_id, agent, tools, pending FROM sessions WHERE owner = ? "
     "ORDER BY session_id DESC LIMIT ?"
@@ -163,7 +170,6 @@ _DROPPED_SIZE = (
     "SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted "
     "WHERE session_id = ? AND seq <= ?"
 )
-_ADD_SESSION_BYTES = "UPDATE sessions SET stored_bytes = stored_bytes + ? WHERE session_id = ?"
 _USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = ?"
 _ADD_USAGE = (
     "INSERT INTO owner_usage (owner, sessions, stored_bytes) VALUES (?1, ?2, ?3) "
@@ -296,20 +302,19 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
         added += len(value) - (old[0] if old else 0)
     if step.state:
         conn.executemany(_UPSERT_STATE, [(session_id, k, v) for k, v in step.state])
+    # The owner's bytes also hold the audit entries (which outlive the session).
+    added += _append_audit(conn, session_id, step.audit)
     if added:
-        conn.execute(_ADD_SESSION_BYTES, (added, session_id))
         conn.execute(_ADD_USAGE, (owner, 0, added))
-    if step.audit:
-        _append_audit(conn, session_id, owner, step.audit)
     if step.guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
 
 
-def _append_audit(
-    conn: sqlite3.Connection, chain: str, owner: str, drafts: Sequence[AuditDraft]
-) -> None:
-    """Chain each entry to the last one stored (one indexed lookup, not a scan); its bytes
-    count towards the owner's stored bytes until pruned."""
+def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDraft]) -> int:
+    """Chain each entry to the last one stored (one indexed lookup, not a scan); returns the
+    bytes stored, which the caller counts towards the owner's until they are pruned."""
+    if not drafts:
+        return 0
     last = conn.execute(_LAST_AUDIT, (chain,)).fetchone()
     seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
     now = _now_ms()
@@ -322,7 +327,7 @@ def _append_audit(
         rows.append((chain, seq, now, _ENCODER.encode(entry), digest))
         seq, prev_hash = seq + 1, digest
     conn.executemany(_INSERT_AUDIT, rows)
-    conn.execute(_ADD_USAGE, (owner, 0, sum(len(row[3]) for row in rows)))
+    return sum(len(row[3]) for row in rows)
 
 
 def _check_quota(
@@ -340,10 +345,10 @@ def _check_quota(
 
 
 def _delete_sync(conn: sqlite3.Connection, session_id: str, owner: str) -> bool:
-    row = conn.execute(_DELETE_SESSION, (session_id, owner)).fetchone()
-    if row is None:
+    (size,) = conn.execute(_SESSION_SIZE, (session_id,)).fetchone()
+    if not conn.execute(_DELETE_SESSION, (session_id, owner)).rowcount:
         return False
-    conn.execute(_ADD_USAGE, (owner, -1, -row[0]))
+    conn.execute(_ADD_USAGE, (owner, -1, -size))
     conn.execute(_END_CHAIN, (_now_ms(), session_id))
     return True
 
@@ -386,16 +391,16 @@ def _create_sync(
     stored = 2 * sum(map(len, seed))  # the seed opens both histories
     _check_quota(conn, limits, owner, 1, stored)
     try:
-        conn.execute(_INSERT_SESSION, (*row, stored))
+        conn.execute(_INSERT_SESSION, row)
     except sqlite3.IntegrityError as exc:
         raise ValueError(f"session {row[0]!r} already exists") from exc
-    conn.execute(_ADD_USAGE, (owner, 1, stored))
     conn.execute(_OPEN_CHAIN, (session_id, owner, GENESIS_HASH))
     rows = [(session_id, seq, m) for seq, m in enumerate(seed)]
     conn.executemany(_INSERT_MESSAGE["full"], rows)
     conn.executemany(_INSERT_MESSAGE["compacted"], rows)
     if audit:
-        _append_audit(conn, session_id, owner, audit)
+        stored += _append_audit(conn, session_id, audit)
+    conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
 
@@ -644,7 +649,7 @@ class SqliteSessionStore(SessionStore):
         def append(conn: sqlite3.Connection) -> None:
             conn.execute(_OPEN_CALLER_CHAIN, (chain, owner, GENESIS_HASH))
             _check_quota(conn, limits, owner, 0, 1)  # at the quota: no more verdicts given
-            _append_audit(conn, chain, owner, drafts)
+            conn.execute(_ADD_USAGE, (owner, 0, _append_audit(conn, chain, drafts)))
 
         await self._write(append)
 
