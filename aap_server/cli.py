@@ -137,6 +137,9 @@ def audit_verify(args: argparse.Namespace) -> int:
     from aap_server.store.verify import verify_store
 
     settings = _settings(args)
+    if settings.db != ":memory:" and not Path(settings.db).is_file():
+        print(f"aap-server: {settings.db}: no such database file", file=sys.stderr)
+        return 2
 
     async def run() -> tuple[int, int, int]:
         chains = entries = broken = 0

@@ -166,3 +166,13 @@ def test_policy_test_fails_when_a_case_does_not_hold(
     cases.write_text(example.replace('expect = "modify"', 'expect = "allow"', 1))
     assert cli.main(["policy", "test", str(DEFAULT_POLICY), str(cases)]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+# `audit verify` checks a database; it never creates an empty one where none was.
+def test_audit_verify_of_a_missing_database_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.db"
+    assert cli.main(["audit", "verify", "--db", str(missing)]) == 2
+    assert "no such database file" in capsys.readouterr().err
+    assert not missing.exists()
