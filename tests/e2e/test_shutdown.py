@@ -42,7 +42,7 @@ async def test_sigterm_lets_the_streamed_turn_finish_with_turn_stop_and_refuses_
 ) -> None:
     async with server_process(tmp_path) as server:
         client = httpx.AsyncClient(base_url=server.base_url, headers=ALICE, timeout=30)
-        events, context = await open_stream(client, "/sleep 2\nfinished")
+        events, context = await open_stream(client, "/sleep 4\nfinished")
         server.signal()
         await wait_for_draining(server)
 
