@@ -11,6 +11,7 @@ handed, whose every action is guarded too.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -156,6 +157,9 @@ class TurnModel(abc.ABC):
     def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         """Yield deltas and tool calls; return to end the response."""
 
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release what the model holds (e.g. HTTP connections); called when the server stops."""
+
 
 # --- Tools ----------------------------------------------------------------------------------
 
@@ -182,7 +186,9 @@ class KnowledgeItem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AgentState(abc.ABC):
-    """Agent-private per-session state the server persists with the session."""
+    """Agent-private per-session state the server persists with the session. It is storage,
+    not a guarded step: state never reaches the model by itself, only through a step that is
+    checked (memory recalled from it, a tool result built from it)."""
 
     @abc.abstractmethod
     def get(self, key: str, default: Any = None) -> Any:
@@ -194,7 +200,8 @@ class AgentState(abc.ABC):
 
 
 class ToolContext(abc.ABC):
-    """What a running server tool may use. Every action here goes through the guardian."""
+    """What a running server tool may use. Every action (knowledge, MCP, A2A) goes through the
+    guardian; `state` is private storage, guarded where it reaches the model (`AgentState`)."""
 
     session_id: str
     options: dict[str, str]
@@ -306,16 +313,21 @@ class CompactionPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CompactionStrategy(abc.ABC):
-    """Keeps what the model is fed bounded. Runs at the end of each turn."""
+    """Keeps what the model is fed bounded. Runs at the start of each turn; what it puts in
+    place of dropped messages is checked as agent content before the model reads it."""
 
     @abc.abstractmethod
     def plan(self, compacted: Sequence[HistoryMessage]) -> CompactionPlan | None:
         """What to compact now, or None."""
 
 
+_COMPACTED_NOTE = re.compile(r"\[(\d+) earlier messages were compacted away\]")
+
+
 class KeepRecentTurns(CompactionStrategy):
     """Keep at most `max_messages`, cutting only where a user message starts a turn (so a
-    tool call is never separated from its result), and leave a one-line note in their place."""
+    tool call is never separated from its result), and leave a one-line note in their place.
+    The leading system messages (a client's seeded system prompt) are always kept."""
 
     def __init__(self, max_messages: int = 40) -> None:
         self.max_messages = max_messages
@@ -324,11 +336,23 @@ class KeepRecentTurns(CompactionStrategy):
         excess = len(compacted) - self.max_messages
         if excess <= 0:
             return None
-        # The first user message at or after `excess + 1` (leaving room for the note).
-        for cut in range(excess + 1, len(compacted)):
+        prompt: list[HistoryMessage] = []
+        earlier = 0
+        for message in compacted:
+            if not isinstance(message, SystemMessage):
+                break
+            noted = _COMPACTED_NOTE.fullmatch(message.content)
+            if noted is not None:  # an earlier note: folded into the new one
+                earlier += int(noted.group(1)) - 1
+                continue
+            prompt.append(message)
+        # The first user message at or after `excess + 1 + len(prompt)`, leaving room for the
+        # kept prompt and the note.
+        for cut in range(excess + 1 + len(prompt), len(compacted)):
             if isinstance(compacted[cut], UserMessage):
-                note = SystemMessage(content=f"[{cut} earlier messages were compacted away]")
-                return CompactionPlan(drop=cut, replacement=[note])
+                dropped = cut - len(prompt) + earlier
+                note = SystemMessage(content=f"[{dropped} earlier messages were compacted away]")
+                return CompactionPlan(drop=cut, replacement=[*prompt, note])
         return None
 
 
@@ -355,6 +379,9 @@ class Agent:
     compaction: CompactionStrategy | None = None
     knowledge: Knowledge | None = None
     memory: Memory | None = None
+    # Checks a client's value of one of `options` (name, value): the problem, or None. A
+    # problem is a 400 naming the option when the session is created or a turn changes it.
+    option_check: Callable[[str, str], str | None] | None = None
 
     @property
     def info(self) -> AgentInfo:

@@ -1,16 +1,25 @@
-"""The `aap-server` command: `serve` the hosted agents, or write the `openapi` document."""
+"""The `aap-server` command: serve AI agents behind AAP v3, every step guarded over AOS 0.1."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import sqlite3
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
 from aap_server.guardian.policy import PolicyError
+from aap_server.runtime.loading import AgentLoadError
+
+if TYPE_CHECKING:
+    from aap_server.agent import Agent
+    from aap_server.guardian.policy import Policy
 
 logger = logging.getLogger("aap_server")
 
@@ -54,12 +63,49 @@ def decide_access(settings: Settings) -> AccessDecision:
     )
 
 
+def check_database(path: str) -> None:
+    """The SQLite file at `path` can be opened for writing (created if missing), or a
+    ConfigError naming `db` and the path: found before serving, not as a traceback from
+    inside the server's start-up."""
+    if path == ":memory:":
+        return
+    file = Path(path)
+    problem = None
+    if file.is_dir():
+        problem = f"is a directory; give a file in it, e.g. {file / 'aap.db'}"
+    elif not file.parent.is_dir():
+        problem = f"directory {file.parent} does not exist; create it or choose another path"
+    elif not os.access(file.parent, os.W_OK | os.X_OK):
+        # Also for an existing file: SQLite writes its -wal and -shm files beside it.
+        problem = f"directory {file.parent} is not writable by this user"
+    elif file.exists() and not os.access(file, os.R_OK | os.W_OK):
+        problem = "is not readable and writable by this user"
+    else:
+        try:
+            with contextlib.closing(sqlite3.connect(file, timeout=1)) as db:
+                db.execute("BEGIN IMMEDIATE")  # reads the header: is it a database at all?
+                db.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            if getattr(error, "sqlite_errorname", "") != "SQLITE_BUSY":  # busy: it is usable
+                problem = f"cannot be opened for writing: {error}"
+    if problem is not None:
+        raise ConfigError(f"db: {path!r}: {problem}")
+
+
 def serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     decision = decide_access(settings)
     if not decision.start:
         print(f"aap-server: {decision.message}", file=sys.stderr)
         return 2
+    check_database(settings.db)
+    if settings.policy:  # a broken policy file is a configuration error, before any log line
+        from aap_server.guardian.policy import load_policy
+
+        try:
+            load_policy(settings.policy)
+        except PolicyError as error:
+            raise ConfigError(f"policy: {error}") from error
     level = settings.log_level.upper()
     logging.basicConfig(
         level="DEBUG" if level == "TRACE" else level,  # TRACE is uvicorn's, not logging's
@@ -98,17 +144,51 @@ def export_openapi(args: argparse.Namespace) -> int:
     app = create_app(settings)
     document = finalize_openapi(app.openapi_schema.to_schema())
     text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
-    print(f"wrote {output}")
+    print(f"wrote {output}", file=sys.stderr)
     return 0
+
+
+def unknown_names(policy: Policy, agents: list[Agent]) -> list[str]:
+    """Warnings for names in `policy` that no hosted agent has: a typo there makes a rule
+    match nothing, silently."""
+    agent_names = sorted(agent.name for agent in agents)
+    tool_names = sorted({tool.name for agent in agents for tool in agent.tools})
+    known = {"agent": agent_names, "tool": tool_names}
+    warnings = []
+
+    def check(where: str, kind: str, patterns: list[str]) -> None:
+        for pattern in patterns:
+            if any(c in pattern for c in "*?["):
+                continue  # a pattern is meant for whatever tools come (the shipped `http_*`)
+            if pattern not in known[kind]:
+                listed = ", ".join(known[kind]) or "none"
+                warnings.append(
+                    f"{where}: {pattern!r} matches no {kind} of the hosted agents "
+                    f"({kind}s: {listed})"
+                )
+
+    check("egress.tools", "tool", policy.egress.tools)
+    for index, rule in enumerate(policy.rules):
+        where = f"rules[{index}] (id {rule.id!r})"
+        check(f"{where}: match.agent", "agent", rule.match.agent or [])
+        check(f"{where}: match.tool", "tool", rule.match.tool or [])
+    return warnings
 
 
 def policy_check(args: argparse.Namespace) -> int:
     from aap_server.guardian.policy import load_policy
+    from agents import discover
 
     policy = load_policy(args.file)
+    for warning in unknown_names(policy, discover()):
+        # A warning, not an error: tools a client declares in a turn are not known here.
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     enabled = sum(rule.enabled for rule in policy.rules)
     print(f"{args.file}: OK ({enabled} rules enabled, mode {policy.mode}, sha256 {policy.hash})")
     return 0
@@ -165,11 +245,44 @@ def audit_verify(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aap-server", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+def package_version() -> str:
+    try:
+        return version("aap-server")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0"
 
-    serve_parser = commands.add_parser("serve", help="serve every agent in agents/ over AAP v3")
+
+Commands = argparse._SubParsersAction  # what `add_subparsers` returns
+
+
+def command_summary(commands: Commands[argparse.ArgumentParser], prefix: str = "") -> list[str]:
+    """One line per command, sub-commands included (`policy check`), read from the parser so
+    that a new command is listed in the top-level help without anyone remembering to."""
+    helps = {action.dest: action.help for action in commands._choices_actions}
+    lines: list[str] = []
+    for name, parser in commands.choices.items():
+        nested = [action for action in parser._actions if isinstance(action, Commands)]
+        if nested:
+            lines.extend(command_summary(nested[0], f"{prefix}{name} "))
+        else:
+            lines.append(f"  {prefix + name:<16} {helps.get(name) or ''}")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aap-server",
+        usage="%(prog)s [-h] [--version] COMMAND ...",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"aap-server {package_version()}")
+    # The commands are listed in the epilog (with sub-commands), not in argparse's own list.
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS
+    )
+
+    serve_parser = commands.add_parser("serve", help="serve the configured agents over AAP v3")
     serve_parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default 8000)")
     serve_parser.add_argument("--db", help="SQLite database file (default ./aap.db)")
@@ -181,8 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_parser.set_defaults(handler=serve)
 
-    openapi_parser = commands.add_parser("openapi", help="write the OpenAPI document")
-    openapi_parser.add_argument("--output", default="openapi/openapi.json")
+    openapi_parser = commands.add_parser("openapi", help="print or write the OpenAPI document")
+    openapi_parser.add_argument(
+        "--output",
+        default="-",
+        help="file to write (default -: standard output; the repository's copy is "
+        "openapi/openapi.json)",
+    )
     openapi_parser.add_argument("--config", help="TOML configuration file")
     openapi_parser.set_defaults(handler=export_openapi)
 
@@ -204,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     test_parser.add_argument("file")
     test_parser.add_argument("cases", help="TOML file of [[cases]]")
     test_parser.set_defaults(handler=policy_test)
+    parser.epilog = "commands:\n" + "\n".join(command_summary(commands))
     return parser
 
 
@@ -211,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)
-    except (ConfigError, PolicyError) as error:
+    except (ConfigError, PolicyError, AgentLoadError) as error:
         print(f"aap-server: {error}", file=sys.stderr)
         return 2
     return code

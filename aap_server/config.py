@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from aap_server.toolkits.llm import LlmAgentSpec
+
 
 class ApiKey(msgspec.Struct, frozen=True, kw_only=True):
     """One API key and the principal it stands for."""
@@ -108,11 +110,41 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     policy: str = ""
     # How often the policy file is checked for changes (it is also reloaded on SIGHUP).
     policy_poll_seconds: float = 2.0
+    # What one request may carry (README "Limits"): messages (seed or turn), content blocks
+    # per message, client tool definitions, bytes per option value.
+    max_messages_per_request: int = 1000
+    max_blocks_per_message: int = 100
+    max_tools_per_request: int = 128
+    max_option_bytes: int = 4096
+    # A guardian `modify` of client input refuses it instead, and refused input is not stored
+    # (README "History": keeps raw sensitive input out of storage; `full` is exact otherwise).
+    refuse_modified_input: bool = False
     # Remote AOS guardians asked after the in-process policy, in order.
     guardians: list[RemoteGuardianSettings] = msgspec.field(default_factory=list)
+    # Browser origins allowed to call the API (CORS), e.g. `https://app.example.com`; `*`:
+    # any. Empty: CORS off (browsers on other origins are refused).
+    cors_origins: list[str] = msgspec.field(default_factory=list)
+    # Serve every endpoint (and the docs) under this path, e.g. `/v1`; empty: at the root.
+    base_path: str = ""
+    # Agents declared with no code, served by the `llm` agent kind (README § Host a real agent).
+    agents: list[LlmAgentSpec] = msgspec.field(default_factory=list)
+    # Python agents to serve: `package.module:ATTRIBUTE` (an Agent, a list of them or a
+    # function returning either; the attribute defaults to AGENT).
+    agent_modules: list[str] = msgspec.field(default_factory=list)
+    # Serve the agents installed packages register under the `aap_server.agents` entry point
+    # group (the bundled demo agent is one).
+    entry_point_agents: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("page_size", "max_body_bytes", "rate_limit_burst"):
+        for name in (
+            "page_size",
+            "max_body_bytes",
+            "max_messages_per_request",
+            "max_blocks_per_message",
+            "max_tools_per_request",
+            "max_option_bytes",
+            "rate_limit_burst",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         for name in (
@@ -145,6 +177,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         names = [guardian.name for guardian in self.guardians if guardian.name]
         if len(set(names)) != len(names):
             raise ValueError("guardians names the same guardian twice")
+        if self.base_path and not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", self.base_path):
+            raise ValueError(
+                "base_path must be empty or start with / and hold path segments of letters, "
+                "digits and . _ ~ -, with no trailing / (e.g. /v1)"
+            )
+        for origin in self.cors_origins:
+            if not is_origin(origin):
+                raise ValueError(
+                    f"cors_origins: {origin!r} is not an origin: expected `*` or "
+                    "scheme://host[:port] with no path (e.g. https://app.example.com)"
+                )
 
 
 class ConfigError(ValueError):
@@ -178,14 +221,39 @@ def parse_guardians(text: str, source: str) -> list[dict[str, Any]]:
     with the `[[guardians]]` fields for anything more."""
     text = text.strip()
     if text.startswith("["):
-        try:
-            entries = msgspec.json.decode(text)
-        except msgspec.DecodeError as error:
-            raise ConfigError(f"{source}: not valid JSON: {error}") from error
-        if not isinstance(entries, list):
-            raise ConfigError(f"{source}: expected a JSON array")
-        return entries
+        return parse_json_array(text, source)
     return [{"url": url.strip()} for url in text.split(",") if url.strip()]
+
+
+def convert_agents(entries: Any, where: str, environ: Mapping[str, str]) -> list[LlmAgentSpec]:
+    """`[[agents]]` tables as specs with their API keys read from the environment; an error
+    names the agent and the field (`aap.toml: agents[1] ('helper'): temperature: …`)."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}: expected a list of agent tables ([[agents]])")
+    specs: list[LlmAgentSpec] = []
+    for index, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        label = f"{where}[{index}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        try:
+            spec = msgspec.convert(entry, LlmAgentSpec, strict=False)
+            specs.append(spec.with_key_from(environ))
+        except ValueError as error:
+            text = str(error)
+            at = re.search(r" - at `\$\.?([^`]*)`$", text)
+            if at:
+                text = f"{at[1]}: {text[: at.start()]}" if at[1] else text[: at.start()]
+            raise ConfigError(f"{label}: {text}") from error
+    return specs
+
+
+def parse_json_array(text: str, source: str) -> list[Any]:
+    try:
+        entries = msgspec.json.decode(text)
+    except msgspec.DecodeError as error:
+        raise ConfigError(f"{source}: not valid JSON: {error}") from error
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: expected a JSON array")
+    return entries
 
 
 def load_settings(
@@ -208,6 +276,8 @@ def load_settings(
             raise ConfigError(f"config file {path}: {error}") from error
         if isinstance(raw.get("api_keys"), str):
             raw["api_keys"] = parse_api_keys(raw["api_keys"], f"{path}: api_keys")
+        if "agents" in raw:
+            raw["agents"] = convert_agents(raw["agents"], f"{path}: agents", environ)
         source.update({name: f"{path}: {name}" for name in raw})
         source[""] = str(path)
     for variable, name in ENV_VARS.items():
@@ -217,6 +287,12 @@ def load_settings(
                 value = parse_api_keys(value, variable)
             elif name == "guardians":
                 value = parse_guardians(value, variable)
+            elif name == "cors_origins":
+                value = [origin.strip() for origin in value.split(",") if origin.strip()]
+            elif name == "agents":
+                value = convert_agents(parse_json_array(value, variable), variable, environ)
+            elif name == "agent_modules":
+                value = [ref.strip() for ref in value.split(",") if ref.strip()]
             raw[name] = value
             source[name] = variable
     for name, value in (overrides or {}).items():
@@ -227,15 +303,18 @@ def load_settings(
         # strict=False lets "8000" and "true" from the environment convert.
         return msgspec.convert(raw, Settings, strict=False)
     except ValueError as error:  # msgspec.ValidationError is a ValueError too
-        raise ConfigError(_describe(error, source)) from error
+        raise ConfigError(_describe(error, source, raw)) from error
 
 
 _AT_FIELD = re.compile(r" - at `\$\.(\w+)([^`]*)`")
+# Settings whose values may hold keys: an error names them, never echoes them.
+_NOT_ECHOED = {"api_keys", "guardians"}
 
 
-def _describe(error: ValueError, source: Mapping[str, str]) -> str:
-    """The error, led by where the offending value came from (`AAP_PORT: Expected int…`)."""
-    text = str(error)
+def _describe(error: ValueError, source: Mapping[str, str], raw: Mapping[str, Any]) -> str:
+    """The error on one line, led by where the offending value came from, and naming the
+    value (`AAP_PORT: Expected `int`, got `str` (value: 'abc')`)."""
+    text = " ".join(str(error).split())
     at = _AT_FIELD.search(text)
     if at:
         field: str | None = at[1]
@@ -246,6 +325,8 @@ def _describe(error: ValueError, source: Mapping[str, str]) -> str:
     if field is None:
         # e.g. an unknown key in the file (the environment has no unknown settings)
         return f"{source.get('', 'configuration')}: {text}"
+    if field in raw and field not in _NOT_ECHOED and "cors_origins" not in text:
+        text = f"{text} (value: {raw[field]!r})"
     where = source.get(field, field)
     return text if where == field else f"{where}: {text}"
 
@@ -260,3 +341,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def is_origin(text: str) -> bool:
+    """`*`, or what a browser sends as `Origin`: scheme://host[:port], nothing after it."""
+    if text == "*":
+        return True
+    try:
+        parsed = urlsplit(text)
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return False
+    return (
+        parsed.scheme in ("http", "https")
+        and bool(parsed.hostname)
+        and f"{parsed.scheme}://{parsed.netloc}" == text
+        and not (parsed.username or parsed.password)
+        and "*" not in parsed.netloc  # no partial wildcards: list each origin, or `*` alone
+    )

@@ -3,6 +3,10 @@
 A module-level `AGENT = Agent(...)` (an `aap_server.agent.Agent`) is all it takes; modules
 whose name starts with `_` are skipped, and helper modules without `AGENT` are harmless.
 Agents import only `aap_server.agent`, the standard library and msgspec.
+
+The server finds this package only through its entry point (`bundled = "agents:discover"` in
+the `aap_server.agents` group of pyproject.toml), never by importing the top-level name
+`agents` itself, which another popular library also installs.
 """
 
 from __future__ import annotations

@@ -3,8 +3,16 @@ with no keys configured the server runs open but only on loopback, and says so).
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,6 +174,176 @@ def test_policy_test_fails_when_a_case_does_not_hold(
     cases.write_text(example.replace('expect = "modify"', 'expect = "allow"', 1))
     assert cli.main(["policy", "test", str(DEFAULT_POLICY), str(cases)]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+# --- rough edges a newcomer hits (issue 11) ---------------------------------------------------
+
+
+def run(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Any:
+    """The real command in a child process (what a user types), without AAP_* of this machine."""
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("AAP_")}
+    return subprocess.run(
+        [sys.executable, "-m", "aap_server.cli", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env={**clean, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_version_prints_the_installed_version() -> None:
+    done = run("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"aap-server {version('aap-server')}\n"
+
+
+def leaf_commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
+    names = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                names.extend(leaf_commands(sub, f"{prefix}{name} ") or [f"{prefix}{name}"])
+    return names
+
+
+def test_top_level_help_lists_every_command_and_sub_command() -> None:
+    commands = leaf_commands(cli.build_parser())
+    assert {"serve", "openapi", "policy check", "policy test"} <= set(commands)
+    done = run("--help")
+    assert done.returncode == 0
+    listed = [line.split("  ")[1].strip() for line in done.stdout.splitlines() if "  " in line]
+    for command in commands:
+        assert command in listed, f"{command!r} missing from:\n{done.stdout}"
+    assert "COMMAND" in done.stdout.splitlines()[0]  # usage
+
+
+def test_openapi_to_standard_output_with_a_dash(tmp_path: Path) -> None:
+    done = run("openapi", "--output", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["openapi"].startswith("3.1")
+    assert list(tmp_path.iterdir()) == []  # no file named "-"
+
+
+def test_openapi_without_output_never_overwrites_the_repository_copy(tmp_path: Path) -> None:
+    committed = tmp_path / "openapi" / "openapi.json"
+    committed.parent.mkdir()
+    committed.write_text("the committed copy\n")
+    done = run("openapi", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert committed.read_text() == "the committed copy\n"
+    assert "/sessions/{session_id}/turns" in json.loads(done.stdout)["paths"]
+
+
+def readme_example_config() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"Example `aap.toml`:\n\n```toml\n(.*?)```", readme, re.S)
+    assert block is not None, "README lost its example aap.toml"
+    return block.group(1)
+
+
+# The README's own example, as written, on a machine without /var/lib/aap: one line naming the
+# setting and the path, exit code 2 (it was a 49-line traceback from inside start-up).
+def test_readme_example_config_with_a_missing_database_directory_is_one_line(
+    tmp_path: Path,
+) -> None:
+    example = readme_example_config()
+    assert 'db = "/var/lib/aap/aap.db"' in example
+    missing = tmp_path / "var" / "lib" / "aap" / "aap.db"
+    config = tmp_path / "aap.toml"
+    config.write_text(example.replace("/var/lib/aap/aap.db", str(missing)))
+    done = run("serve", "--config", str(config))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"aap-server: db: {str(missing)!r}: directory ")
+    assert "does not exist" in done.stderr
+    assert not missing.parent.exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda d: d / "missing" / "aap.db", "does not exist"),
+        (lambda d: d, "is a directory"),
+        (lambda d: d / "notes.txt", "file is not a database"),
+    ],
+)
+def test_an_unusable_database_path_is_a_configuration_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_uvicorn: list[dict[str, object]],
+    make: Callable[[Path], Path],
+    says: str,
+) -> None:
+    (tmp_path / "notes.txt").write_text("not a database, but precious\n" * 100)
+    path = make(tmp_path)
+    assert cli.main(["serve", "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"db: {str(path)!r}" in err
+    assert says in err
+    assert no_uvicorn == []
+    assert (tmp_path / "notes.txt").read_text() == "not a database, but precious\n" * 100
+
+
+def test_a_usable_database_path_starts(tmp_path: Path, no_uvicorn: list[dict[str, object]]) -> None:
+    assert cli.main(["serve", "--db", str(tmp_path / "new.db")]) == 0
+    assert len(no_uvicorn) == 1
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("AAP_PORT", "eighty", "Expected `int`"),
+        ("AAP_PORT", "70000", "between 1 and 65535"),
+        ("AAP_LOG_LEVEL", "loud", "log_level must be one of"),
+        ("AAP_PUBLIC_META", "maybe", "Expected `bool`"),
+        ("AAP_TURN_TIMEOUT_SECONDS", "-5", "must be positive"),
+        ("AAP_CORS_ORIGINS", "https://app.example/", "not an origin"),
+        ("AAP_POLICY", "/nowhere/policy.toml", "cannot be read"),
+    ],
+)
+def test_every_configuration_error_is_one_line_naming_setting_and_value(
+    tmp_path: Path, variable: str, value: str, says: str
+) -> None:
+    done = run("serve", "--db", str(tmp_path / "a.db"), env={variable: value})
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr  # no warning or traceback around it
+    setting = variable.removeprefix("AAP_").lower()
+    assert variable in done.stderr or f"{setting}:" in done.stderr, done.stderr
+    assert value in done.stderr
+    assert says in done.stderr
+
+
+def test_policy_check_warns_about_tools_and_agents_no_hosted_agent_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "typos.toml"
+    policy.write_text(
+        '[egress]\ntools = ["send_emial", "http_*"]\n'
+        '[[rules]]\nid = "no-mail"\naction = "deny"\nreason_code = "x"\n'
+        'match.tool = ["send_mail", "calculator"]\n'
+        '[[rules]]\nid = "demo-only"\naction = "deny"\nreason_code = "y"\n'
+        'match.agent = ["dmeo"]\nmatch.tool = ["search_*"]\n'
+    )
+    assert cli.main(["policy", "check", str(policy)]) == 0  # warnings: client tools may exist
+    captured = capsys.readouterr()
+    assert "OK" in captured.out
+    warnings = captured.err.splitlines()
+    assert len(warnings) == 3, captured.err
+    assert "egress.tools: 'send_emial' matches no tool" in warnings[0]
+    assert "(id 'no-mail'): match.tool: 'send_mail' matches no tool" in warnings[1]
+    assert "send_email" in warnings[1]  # the tools there are, to spot the typo
+    assert "(id 'demo-only'): match.agent: 'dmeo' matches no agent" in warnings[2]
+    assert "demo" in warnings[2]
+
+
+def test_policy_check_of_the_shipped_policy_has_no_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["policy", "check", str(DEFAULT_POLICY)]) == 0
+    assert capsys.readouterr().err == ""
 
 
 # `audit verify` checks a database; it never creates an empty one where none was.

@@ -242,6 +242,48 @@ def test_bad_remote_guardian_settings_name_the_entry_and_field(value: str, messa
     assert "pw" not in str(raised.value)
 
 
+def test_cors_origins_from_the_environment_and_the_file(tmp_path: Path) -> None:
+    env = {"AAP_CORS_ORIGINS": " https://a.example , http://localhost:5173,, "}
+    assert load_settings(environ=env).cors_origins == ["https://a.example", "http://localhost:5173"]
+    path = write(tmp_path, 'cors_origins = ["*"]\n')
+    assert load_settings(path, environ={}).cors_origins == ["*"]
+    assert Settings().cors_origins == []  # off by default
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "https://a.example/",  # a trailing slash: browsers never send one, it would never match
+        "https://a.example/app",
+        "a.example",
+        "ftp://a.example",
+        "https://user:pw@a.example",
+        "https://a.example:port",
+        "https://*.example",
+    ],
+)
+def test_a_cors_origin_that_no_browser_sends_is_refused_naming_it(origin: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ={"AAP_CORS_ORIGINS": origin})
+    message = str(error.value)
+    assert message.startswith("AAP_CORS_ORIGINS: cors_origins:")
+    assert repr(origin) in message
+
+
+@pytest.mark.parametrize("base_path", ["v1", "/v1/", "/", "/v 1", "/v1//x", "/v1?x", "/ä"])
+def test_a_malformed_base_path_is_refused_naming_it(base_path: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ={"AAP_BASE_PATH": base_path})
+    message = str(error.value)
+    assert message.startswith("AAP_BASE_PATH: base_path must")
+    assert repr(base_path) in message
+
+
+def test_base_path_from_the_environment() -> None:
+    assert load_settings(environ={"AAP_BASE_PATH": "/api/v1"}).base_path == "/api/v1"
+    assert Settings().base_path == ""
+
+
 # Issue 7 (LLM10): every limit is on by default, and 0 turns one off.
 def test_limits_are_on_by_default_and_zero_turns_them_off() -> None:
     defaults = load_settings(environ={})

@@ -17,6 +17,9 @@ from litestar.datastructures import State
 from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import get_aos_audit, post_aos
 from aap_server.api.auth import Authenticator
+from aap_server.api.base_path import BasePathMount
+from aap_server.api.cors import CorsMiddleware
+from aap_server.api.docs import docs_serving
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import HealthCache, get_health
@@ -29,8 +32,9 @@ from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
 from aap_server.guardian.remote import RemoteGuardian
-from aap_server.runtime import AapService, AgentRegistry
+from aap_server.runtime import AapService, AgentRegistry, RequestLimits
 from aap_server.runtime.limits import PrincipalLimits
+from aap_server.runtime.loading import load_agents
 from aap_server.store import SessionStore, StoreLimits
 from aap_server.store.sqlite import SqliteSessionStore
 
@@ -98,16 +102,19 @@ def create_app(
     store: SessionStore | None = None,
     guardian: Guardian | None = None,
 ) -> Litestar:
-    """An ASGI app serving `agents` (default: every agent in the `agents` package)."""
+    """An ASGI app serving `agents` (default: those the settings name, see runtime/loading)."""
     if agents is None:
-        from agents import discover  # the hosted agents, found at start
-
-        agents = discover()
+        agents = load_agents(
+            declared=settings.agents,
+            modules=settings.agent_modules,
+            use_entry_points=settings.entry_point_agents,
+        )
+    hosted_agents = list(agents)
     store = store or SqliteSessionStore(
         settings.db,
         StoreLimits(max_sessions=settings.max_sessions, max_stored_bytes=settings.max_stored_bytes),
     )
-    limits = PrincipalLimits(
+    principal_limits = PrincipalLimits(
         requests_per_second=settings.rate_limit_per_second,
         burst=settings.rate_limit_burst,
         max_concurrent_turns=settings.max_concurrent_turns,
@@ -126,14 +133,21 @@ def create_app(
         chain = with_remote_guardians(guardian, settings)
         guardian, guardian_budget = chain, chain.budget_seconds
     service = AapService(
-        registry=AgentRegistry(agents),
+        registry=AgentRegistry(hosted_agents),
         store=store,
         guardian=guardian,
         guardian_timeout_seconds=guardian_budget,
         turn_timeout_seconds=settings.turn_timeout_seconds,
         approval_timeout_seconds=settings.approval_timeout_seconds,
         page_size=settings.page_size,
-        limits=limits,
+        refuse_modified_input=settings.refuse_modified_input,
+        limits=RequestLimits(
+            max_messages=settings.max_messages_per_request,
+            max_blocks_per_message=settings.max_blocks_per_message,
+            max_tools=settings.max_tools_per_request,
+            max_option_bytes=settings.max_option_bytes,
+        ),
+        principal_limits=principal_limits,
     )
 
     watcher: list[asyncio.Task[None]] = []
@@ -163,15 +177,20 @@ def create_app(
             await store.close()
         finally:
             await guardian.close()
+            for agent in hosted_agents:  # their models' connections (e.g. to an LLM endpoint)
+                try:
+                    await agent.model.aclose()
+                except Exception:
+                    logger.exception("closing agent %s failed", agent.name)
 
     app_version = package_version()
-    return Litestar(
+    app = Litestar(
         route_handlers=[get_meta, get_health, SessionsController, post_aos, get_aos_audit],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         before_request=drain.refuse_new_work,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        openapi_config=openapi_config(app_version),
+        openapi_config=openapi_config(app_version, **docs_serving(settings.base_path)),
         request_max_body_size=settings.max_body_bytes,
         state=State(
             {
@@ -179,9 +198,15 @@ def create_app(
                 "service": service,
                 "health": HealthCache(guardian, settings.health_cache_seconds),
                 "drain": drain,
-                "limits": limits,
+                "limits": principal_limits,
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
             }
         ),
     )
+    if settings.base_path:
+        app.asgi_handler = BasePathMount(app.asgi_handler, settings.base_path)
+    if settings.cors_origins:
+        # In front of routing (a preflight needs no key, an unknown path's 404 is readable).
+        app.asgi_handler = CorsMiddleware(app.asgi_handler, settings.cors_origins)
+    return app

@@ -64,7 +64,8 @@ async def require_principal(
 ) -> None:
     """Guard: authenticate before anything else, so that a caller without a valid key gets
     401 and nothing else (no 400 or 413 about a body the server has not even read)."""
-    authenticate(connection)
+    if not (isinstance(connection, Request) and connection.method == "OPTIONS"):
+        authenticate(connection)  # (OPTIONS lists the allowed methods, nothing else)
 
 
 async def require_principal_unless_public_meta(

@@ -288,16 +288,21 @@ class AapSwaggerRenderPlugin(_Completing, SwaggerRenderPlugin):
         return super().render(request, self.completed(openapi_schema))
 
 
-def openapi_config(version: str) -> OpenAPIConfig:
+def openapi_config(version: str, **docs: Any) -> OpenAPIConfig:
+    """`docs`: where and how the docs are served (`path`, `render_plugins`, ...; api/docs.py)."""
+    serving: dict[str, Any] = {
+        "path": "/schema",
+        "render_plugins": [AapSwaggerRenderPlugin(path="/"), AapJsonRenderPlugin()],
+        **docs,
+    }
     return OpenAPIConfig(
         title="aap-server",
         version=version,
         description="Agent Application Protocol v3 server; every agent step is guarded (AOS 0.1).",
-        path="/schema",
-        render_plugins=[AapSwaggerRenderPlugin(path="/"), AapJsonRenderPlugin()],
         components=Components(
             security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer", description="API key")
             }
         ),
+        **serving,
     )

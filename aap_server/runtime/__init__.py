@@ -11,6 +11,7 @@ from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.principal import LOCAL_PRINCIPAL, Principal
 from aap_server.runtime.registry import AgentRegistry, HostedAgent
 from aap_server.runtime.service import AapService, Turn
+from aap_server.runtime.validation import RequestLimits
 from aap_server.runtime.views import delta_view, message_view, none_view
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "MessageOut",
     "NotFoundError",
     "Principal",
+    "RequestLimits",
     "Turn",
     "UnavailableError",
     "delta_view",

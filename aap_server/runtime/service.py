@@ -26,8 +26,10 @@ from aap_server.protocol import (
     PostSessionTurnRequest,
     SessionInfo,
     StreamMode,
+    TurnMessage,
+    TurnStartEvent,
+    TurnStopEvent,
 )
-from aap_server.runtime.engine import TurnRun, guard_seed
 from aap_server.runtime.errors import (
     ConflictError,
     InvalidRequestError,
@@ -37,15 +39,33 @@ from aap_server.runtime.errors import (
 from aap_server.runtime.events import EngineEvent
 from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.principal import Principal
-from aap_server.runtime.registry import AgentRegistry, HostedAgent, redact_all
+from aap_server.runtime.registry import (
+    SECRET_PLACEHOLDER,
+    AgentRegistry,
+    HostedAgent,
+    redact_all,
+)
+from aap_server.runtime.seed import guard_client_config, guard_new_session
+from aap_server.runtime.tool_runs import close_interrupted
+from aap_server.runtime.turn import TurnRun
 from aap_server.runtime.validation import (
+    RequestLimits,
+    check_limits,
+    drop_replayed_answers,
     validate_new_session,
     validate_overrides,
     validate_seed,
     validate_stream_mode,
     validate_turn_messages,
 )
-from aap_server.store import InvalidCursorError, SessionRecord, SessionStore, TurnSnapshot
+from aap_server.store import (
+    InvalidCursorError,
+    PendingToolCall,
+    SessionRecord,
+    SessionStore,
+    StepWrite,
+    TurnSnapshot,
+)
 
 logger = logging.getLogger("aap_server.service")
 
@@ -59,6 +79,21 @@ def _invalid_cursor() -> InvalidRequestError:
 
 def _session_not_found(session_id: str) -> NotFoundError:
     return NotFoundError(f"session {session_id!r} not found", code="session_not_found")
+
+
+def _without_placeholders(
+    hosted: HostedAgent, options: dict[str, str] | None
+) -> dict[str, str] | None:
+    """Options without secret ones that only echo the `***` mask a client was shown: the
+    stored secret stays (a new session takes the option's default)."""
+    if not options:
+        return options
+    kept = {
+        key: value
+        for key, value in options.items()
+        if not (key in hosted.secret_options and value == SECRET_PLACEHOLDER)
+    }
+    return kept or None
 
 
 class Turn:
@@ -87,7 +122,9 @@ class AapService:
         page_size: int = 20,
         approval_timeout_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
-        limits: PrincipalLimits | None = None,
+        refuse_modified_input: bool = False,
+        limits: RequestLimits | None = None,
+        principal_limits: PrincipalLimits | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -98,11 +135,16 @@ class AapService:
         # after that a grant runs nothing and a user message may move the session on.
         self.approval_timeout_seconds = approval_timeout_seconds
         self.clock = clock  # unix seconds; tests swap in their own
+        # A guardian's `modify` of client input refuses it instead, and refused input is not
+        # stored: raw sensitive input never reaches storage (`full` is exact otherwise).
+        self.refuse_modified_input = refuse_modified_input
+        self.limits = limits or RequestLimits()
         self._active: dict[str, str] = {}  # session id -> running turn id
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
-        self.limits = limits or PrincipalLimits()  # concurrent turns per principal
+        # Concurrent turns per principal.
+        self.principal_limits = principal_limits or PrincipalLimits()
 
     # --- meta and sessions ------------------------------------------------------------------
 
@@ -112,19 +154,21 @@ class AapService:
     async def create_session(
         self, principal: Principal, request: PostSessionsRequest
     ) -> PostSessionsResponse:
+        seed = request.messages or []
+        check_limits(self.limits, seed, request.agent.options, request.tools)
         hosted = self.registry.get(request.agent.name)
         validate_new_session(hosted, request.agent, request.tools)
-        seed = request.messages or []
         validate_seed(hosted, seed)
+        options = _without_placeholders(hosted, request.agent.options)
         record = SessionRecord(
             session_id=new_id("sess_"),
             owner=principal.owner,
-            agent=request.agent,
+            agent=AgentConfig(name=request.agent.name, tools=request.agent.tools, options=options),
             tools=request.tools,
         )
-        # The seed is history the model will read: guarded like a turn's input (a denial
-        # raises, and no session is created).
-        seed, audit = await guard_seed(
+        # Options, tool definitions and the seed are client input the model will read:
+        # guarded like a turn's input (a denial raises, and no session is created).
+        guarded, audit = await guard_new_session(
             hosted=hosted,
             guardian=self.guardian,
             principal=principal,
@@ -132,13 +176,20 @@ class AapService:
             agent_config=record.agent,
             client_tools=record.tools,
             seed=seed,
+            refuse_modified_input=self.refuse_modified_input,
         )
-        await self.store.create_session(
-            record,
-            seed,
-            audit=audit,
-            guardian_memory=self.guardian.export_session(record.session_id),
-        )
+        memory = self.guardian.export_session(record.session_id)
+        if guarded == seed:
+            await self.store.create_session(record, seed, audit=audit, guardian_memory=memory)
+        else:
+            # `full` keeps the seed the client sent, `compacted` the guarded one: the store
+            # takes one list at creation, so the seed follows in the session's first write.
+            await self.store.create_session(record, [], audit=audit, guardian_memory=memory)
+            try:
+                await self.store.commit(record.session_id, StepWrite(full=seed, compacted=guarded))
+            except BaseException:
+                await self.store.delete_session(record.session_id, principal.owner)
+                raise
         return PostSessionsResponse(session_id=record.session_id)
 
     async def _record(self, principal: Principal, session_id: str) -> SessionRecord:
@@ -224,6 +275,13 @@ class AapService:
                 f"type: agent {hosted.name!r} does not provide {kind} history",
                 code="history_not_supported",
             )
+        interrupted = any(call.resolution == "running" for call in record.pending)
+        if interrupted and session_id not in self._active:
+            self._active[session_id] = "repair"  # as a turn would: nothing else writes meanwhile
+            try:
+                await self._close_interrupted(session_id, record.pending)
+            finally:
+                self._active.pop(session_id, None)
         messages = await self.store.load_history(session_id, kind)
         body = HistoryBody(full=messages) if kind == "full" else HistoryBody(compacted=messages)
         return GetSessionHistoryResponse(history=body)
@@ -237,11 +295,13 @@ class AapService:
         turn with `turn_start` queued. Every error here is raised before anything streams."""
         if not self._accepting:
             raise UnavailableError("the server is shutting down; retry shortly")
+        options = request.agent.options if request.agent is not None else None
+        check_limits(self.limits, request.messages, options, request.tools)
         await self._refuse_if_busy(principal, session_id)
         # Take the lock first, then read everything the turn needs in one go: the previous
         # turn stored its results before releasing the lock, so this read is current.
         turn = Turn(new_id("turn_"), request.stream or "none")
-        self.limits.start_turn(principal.owner)
+        self.principal_limits.start_turn(principal.owner)
         self._active[session_id] = turn.turn_id
         try:
             snapshot = await self.store.load_turn(session_id, principal.owner)
@@ -250,17 +310,40 @@ class AapService:
             hosted = self._hosted(snapshot.record)
             validate_stream_mode(hosted, turn.mode)
             validate_overrides(hosted, request.agent, request.tools)
-            validate_turn_messages(hosted, request.messages, snapshot.record.pending, self.clock())
-            run = self._prepare(hosted, snapshot, request, principal, turn)
+            snapshot = await self._repaired(snapshot)
+            pending = snapshot.record.pending
+            messages = drop_replayed_answers(request.messages, pending)
+            if request.messages and not messages:
+                # Every answer was taken already: acknowledge, run and store nothing.
+                waiting = any(call.awaiting for call in pending)
+                turn.queue.put_nowait(TurnStartEvent())
+                turn.queue.put_nowait(
+                    TurnStopEvent(stop_reason="tool_use" if waiting else "end_turn")
+                )
+                turn.queue.put_nowait(None)
+                del self._active[session_id]
+                self.principal_limits.end_turn(principal.owner)
+                return turn
+            validate_turn_messages(hosted, messages, pending, self.clock())
+            run = self._prepare(hosted, snapshot, request, messages, principal, turn)
+            if request.agent is not None or request.tools is not None:
+                overrides = request.agent.options if request.agent is not None else None
+                try:
+                    await guard_client_config(
+                        run.checks, run.steps, overrides, hosted.secret_options, request.tools
+                    )
+                except InvalidRequestError:
+                    await run.flush_audit()  # the refusal is on the audit trail too
+                    raise
             await run.start()
         except BaseException:
             del self._active[session_id]
-            self.limits.end_turn(principal.owner)
+            self.principal_limits.end_turn(principal.owner)
             raise
         task = asyncio.create_task(self._finish(run, turn, session_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _: self.limits.end_turn(principal.owner))
+        task.add_done_callback(lambda _: self.principal_limits.end_turn(principal.owner))
         return turn
 
     def _prepare(
@@ -268,17 +351,19 @@ class AapService:
         hosted: HostedAgent,
         snapshot: TurnSnapshot,
         request: PostSessionTurnRequest,
+        messages: list[TurnMessage],
         principal: Principal,
         turn: Turn,
     ) -> TurnRun:
         record = snapshot.record
         overrides = request.agent
         agent_config = record.agent
-        if overrides is not None and (overrides.tools is not None or overrides.options):
+        new_options = _without_placeholders(hosted, overrides.options if overrides else None)
+        if overrides is not None and (overrides.tools is not None or new_options):
             agent_config = AgentConfig(
                 name=record.agent.name,
                 tools=overrides.tools if overrides.tools is not None else record.agent.tools,
-                options={**(record.agent.options or {}), **(overrides.options or {})} or None,
+                options={**(record.agent.options or {}), **(new_options or {})} or None,
             )
         client_tools = request.tools if request.tools is not None else record.tools
         return TurnRun(
@@ -294,12 +379,34 @@ class AapService:
             pending=record.pending,
             compacted=snapshot.compacted,
             state=snapshot.state,
-            messages=list(request.messages),
+            messages=messages,
             emit=turn.queue.put_nowait,
             clock=self.clock,
             approval_timeout_seconds=self.approval_timeout_seconds,
             guardian_memory=snapshot.guardian_memory,
+            refuse_modified_input=self.refuse_modified_input,
         )
+
+    async def _close_interrupted(self, session_id: str, pending: list[PendingToolCall]) -> bool:
+        """Close tool calls a crash left running with error results (history then never
+        holds a granted or trusted tool_use without its result). Call holding the turn lock."""
+        closed = close_interrupted(pending)
+        if closed is None:
+            return False
+        results, answered = closed
+        logger.warning("session %s: closing %d interrupted tool runs", session_id, len(results))
+        write = StepWrite(full=list(results), compacted=list(results), pending=answered)
+        await self.store.commit(session_id, write)
+        return True
+
+    async def _repaired(self, snapshot: TurnSnapshot) -> TurnSnapshot:
+        record = snapshot.record
+        if not await self._close_interrupted(record.session_id, record.pending):
+            return snapshot
+        reloaded = await self.store.load_turn(record.session_id, record.owner)
+        if reloaded is None:
+            raise _session_not_found(record.session_id)
+        return reloaded
 
     async def _finish(self, run: TurnRun, turn: Turn, session_id: str) -> None:
         try:

@@ -10,6 +10,8 @@ import base64
 import binascii
 from typing import Any
 
+import msgspec
+
 from aap_server import aos
 from aap_server.agent import Agent, KnowledgeItem
 from aap_server.ids import new_id, utc_now_iso
@@ -151,7 +153,8 @@ def simplify(blocks: list[ContentBlock]) -> Content:
 
 
 def outputs_of(content: Content) -> list[aos.TextPart]:
-    """Tool result content as AOS text outputs (image blocks by their URL, marked)."""
+    """Tool result content as AOS text outputs (image blocks by their URL, tool_use blocks as
+    their JSON, each marked): every block the model will read is in the request."""
     if isinstance(content, str):
         return [aos.TextPart(text=content)]
     outputs: list[aos.TextPart] = []
@@ -162,6 +165,10 @@ def outputs_of(content: Content) -> list[aos.TextPart]:
             outputs.append(aos.TextPart(text=block.url, metadata={"aap": "image"}))
         elif isinstance(block, ThinkingContentBlock):
             outputs.append(aos.TextPart(text=block.thinking, metadata=dict(_THINKING)))
+        else:
+            outputs.append(
+                aos.TextPart(text=msgspec.json.encode(block).decode(), metadata={"aap": "tool_use"})
+            )
     return outputs
 
 
@@ -174,6 +181,11 @@ def content_of_outputs(outputs: list[aos.TextPart]) -> Content:
             blocks.append(ImageContentBlock(url=part.text))
         elif tag == "thinking":
             blocks.append(ThinkingContentBlock(thinking=part.text))
+        elif tag == "tool_use":
+            try:
+                blocks.append(msgspec.json.decode(part.text, type=ToolUseContentBlock))
+            except msgspec.ValidationError:  # rewritten beyond reading: keep it as text
+                blocks.append(TextContentBlock(text=part.text))
         else:
             blocks.append(TextContentBlock(text=part.text))
     if all(isinstance(block, TextContentBlock) for block in blocks):

@@ -6,8 +6,11 @@ JSON path of the offending field, so a client can tell exactly what to fix.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
+
+import msgspec
 
 from aap_server.protocol import (
     AgentConfig,
@@ -43,6 +46,9 @@ def validate_options(hosted: HostedAgent, options: dict[str, str] | None, path: 
                 f"{path}.{key}: {value!r} is not one of {option.options}",
                 code="invalid_option_value",
             )
+        problem = hosted.agent.option_check(key, value) if hosted.agent.option_check else None
+        if problem:
+            raise InvalidRequestError(f"{path}.{key}: {problem}", code="invalid_option_value")
 
 
 def validate_server_tools(hosted: HostedAgent, refs: list[ServerToolRef] | None, path: str) -> None:
@@ -188,6 +194,39 @@ def validate_overrides(
     validate_client_tools(hosted, tools, "tools")
 
 
+def answer_of(message: ToolMessage | ToolPermissionMessage) -> str:
+    """How a client answered a tool call, as `PendingToolCall.resolution` records it."""
+    if isinstance(message, ToolPermissionMessage):
+        return "granted" if message.granted else "denied"
+    digest = hashlib.sha256(msgspec.json.encode(message.content)).hexdigest()[:32]
+    return f"result:{digest}"
+
+
+def drop_replayed_answers(
+    messages: Sequence[TurnMessage], pending: Sequence[PendingToolCall]
+) -> list[TurnMessage]:
+    """The messages without answers the session already took, answered the same way: a client
+    that resubmits after a lost response (or a crash) changes nothing. Answering an answered
+    call differently is a conflict."""
+    resolved = {call.tool_call_id: call for call in pending if not call.awaiting}
+    fresh: list[TurnMessage] = []
+    for index, message in enumerate(messages):
+        call = None if isinstance(message, UserMessage) else resolved.get(message.tool_call_id)
+        if call is None:
+            fresh.append(message)
+            continue
+        assert not isinstance(message, UserMessage)
+        taken = "granted" if call.resolution == "running" else call.resolution
+        if answer_of(message) != taken:
+            raise ConflictError(
+                f"messages[{index}]: tool call {message.tool_call_id!r} was already answered "
+                "differently; an answer cannot be changed",
+                code="already_answered",
+                details={"toolCallId": message.tool_call_id},
+            )
+    return fresh
+
+
 def validate_turn_messages(
     hosted: HostedAgent,
     messages: Sequence[TurnMessage],
@@ -195,7 +234,9 @@ def validate_turn_messages(
     now: float,
 ) -> None:
     """A turn is either user messages, or answers to every pending tool call at once. User
-    messages may also move on from permission requests that have all expired (`now`)."""
+    messages may also move on from permission requests that have all expired (`now`).
+    Calls already answered (see `drop_replayed_answers`) are no longer pending."""
+    pending = [call for call in pending if call.awaiting]
     if not messages:
         raise InvalidRequestError("messages: must hold at least one message", code="empty_messages")
     users = [m for m in messages if isinstance(m, UserMessage)]
@@ -256,3 +297,44 @@ def validate_turn_messages(
             code="missing_tool_results",
             details={"missingToolCallIds": missing},
         )
+
+
+class RequestLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """What one request may carry, so no request brings unbounded work (guardian checks, audit
+    rows, stored messages). README "Limits" documents the defaults."""
+
+    max_messages: int = 1000  # seed messages (POST /sessions) or turn messages
+    max_blocks_per_message: int = 100  # content blocks of one message
+    max_tools: int = 128  # client tool definitions (`tools`)
+    max_option_bytes: int = 4096  # UTF-8 bytes of one option value
+
+
+def _over(path: str, what: str, limit: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"{path}: more than {limit} {what} in one request", code="limit_exceeded"
+    )
+
+
+def check_limits(
+    limits: RequestLimits,
+    messages: Sequence[HistoryMessage | TurnMessage],
+    options: dict[str, str] | None,
+    tools: list[ToolSpec] | None,
+) -> None:
+    """Reject a request over `limits` before any other work, naming the field."""
+    if len(messages) > limits.max_messages:
+        raise _over("messages", "messages", limits.max_messages)
+    for index, message in enumerate(messages):
+        content = getattr(message, "content", None)
+        if isinstance(content, list) and len(content) > limits.max_blocks_per_message:
+            raise _over(
+                f"messages[{index}].content", "content blocks", limits.max_blocks_per_message
+            )
+    if tools is not None and len(tools) > limits.max_tools:
+        raise _over("tools", "tool definitions", limits.max_tools)
+    for key, value in (options or {}).items():
+        if len(value.encode()) > limits.max_option_bytes:
+            raise InvalidRequestError(
+                f"agent.options.{key}: longer than {limits.max_option_bytes} bytes",
+                code="limit_exceeded",
+            )

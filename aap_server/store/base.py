@@ -26,6 +26,15 @@ class PendingToolCall(msgspec.Struct, frozen=True, kw_only=True):
     # When a permission request lapses (unix seconds). None: never (client calls, and every
     # call stored before approvals could expire).
     expires_at: float | None = None
+    # Where the call stands. None: awaiting the client's answer. "running": the tool was
+    # started and its result is not stored yet (after a crash, the next load closes it with an
+    # error result). Otherwise the client's answer, kept until the next calls replace it so a
+    # resubmitted answer is recognised: "granted", "denied" or "result:<digest of content>".
+    resolution: str | None = None
+
+    @property
+    def awaiting(self) -> bool:
+        return self.resolution is None
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

@@ -51,6 +51,7 @@ from tests.e2e.guardian_helpers import (
     run_turn,
     tool_line,
     tool_result,
+    user,
 )
 from tests.e2e.test_guardian_enforcement import WITHHELD, _raise, first_result
 
@@ -319,7 +320,8 @@ async def user_message(lab: Lab) -> str:
         refused = await lab.turn(sid, "hello")
     assert refused.stop == "refusal"
     assert refused.messages == []
-    assert await history(lab.h, sid) == []  # the agent never saw it
+    assert await history(lab.h, sid, "compacted") == []  # the agent never saw it
+    assert await history(lab.h, sid) == [user("hello")]  # history.md: full is exact
     assert (await lab.turn(sid, "hello")).text() == "Echo: hello"
     return sid
 
@@ -333,7 +335,8 @@ async def client_tool_result(lab: Lab) -> str:
         answered = await lab.turn(sid, [tool_result(call["toolCallId"], "rain in Oslo")])
     assert answered.stop == "end_turn"
     assert answered.text() == f"Tool results: get_weather → {WITHHELD}"
-    assert "rain in Oslo" not in json.dumps(await history(lab.h, sid))
+    assert "rain in Oslo" not in json.dumps(await history(lab.h, sid, "compacted"))
+    assert "rain in Oslo" in json.dumps(await history(lab.h, sid))  # full is exact
     [again] = (await lab.turn(sid, line)).tool_uses()
     answered = await lab.turn(sid, [tool_result(again["toolCallId"], "sun in Oslo")])
     assert answered.text() == "Tool results: get_weather → sun in Oslo"

@@ -37,6 +37,7 @@ from tests.e2e.guardian_helpers import (
     tool_line,
     tool_result,
     tool_uses,
+    user,
 )
 
 WITHHELD = "Tool result withheld by policy"
@@ -68,7 +69,8 @@ async def test_denied_user_message_ends_the_turn_with_refusal(h: Harness, mode: 
     if mode != "none":
         assert result.names() == ["turn_start", "turn_stop"]
     assert methods(h) == ["steps/message"]  # the model never ran
-    assert await history(h, sid, "full") == []
+    # history.md: full is exact, refused input included; the model's history holds none of it.
+    assert await history(h, sid, "full") == [user("something forbidden")]
     assert await history(h, sid, "compacted") == []
     # The session is still usable.
     assert (await run_turn(h, sid, "hello", mode)).text() == "Echo: hello"
@@ -82,8 +84,9 @@ async def test_modified_user_message_is_what_the_agent_sees(h: Harness, mode: st
     result = await run_turn(h, sid, "my card is 4111-1111", mode)
     assert result.stop == "end_turn"
     assert result.text() == "Echo: my card is [card]"
-    for kind in ("full", "compacted"):
-        assert (await history(h, sid, kind))[0] == {"role": "user", "content": "my card is [card]"}
+    # history.md: `compacted` is what the model was fed, `full` is exact (what the client sent).
+    assert (await history(h, sid, "compacted"))[0] == user("my card is [card]")
+    assert (await history(h, sid, "full"))[0] == user("my card is 4111-1111")
 
 
 # --- tool call requests -----------------------------------------------------------------------
@@ -519,14 +522,15 @@ async def test_every_aos_request_is_schema_valid_with_a_full_step_context(h: Har
         assert context["agent"]["name"] == "demo"
         assert context["session"]["id"] == sid
         assert context["stepId"] == wire["id"]
-        assert context["turnId"].startswith("turn_")
+        # Options and tool definitions are checked when the session is created (no turn yet).
+        assert context["turnId"].startswith(("turn_", "seed_"))
         assert datetime.fromisoformat(context["timestamp"]).tzinfo is not None
         assert context["user"] == {"id": "alice", "organization": {"id": "acme"}}
         assert "sk-top-secret" not in json.dumps(wire)  # DESIGN: no secrets in AOS payloads
         turns.add(context["turnId"])
         if request.method == "steps/message":
             message_ids.append(wire["params"]["message"]["id"])
-    assert len(turns) == 3
+    assert len([turn for turn in turns if turn.startswith("turn_")]) == 3
     assert len(set(message_ids)) == len(message_ids)
     # The tool call id the client sees is the AOS execution id of the request and its result.
     executions = {

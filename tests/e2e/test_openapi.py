@@ -187,7 +187,10 @@ async def test_schema_serves_an_html_ui(h: Harness) -> None:
 # DESIGN layout: openapi/openapi.json is what `aap-server openapi` writes and what the app
 # serves; when the app changes, regenerate it.
 async def test_committed_document_matches_the_app(served: dict[str, Any], tmp_path: Path) -> None:
-    regenerate = "openapi/openapi.json is out of date: run `aap-server openapi` and commit it"
+    regenerate = (
+        "openapi/openapi.json is out of date: "
+        "run `aap-server openapi --output openapi/openapi.json` and commit it"
+    )
     assert COMMITTED.exists(), regenerate
     committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
     exported_path = tmp_path / "openapi.json"

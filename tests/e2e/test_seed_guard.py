@@ -91,7 +91,7 @@ async def test_denied_seed_tool_result_refuses_the_session(h: Harness) -> None:
     assert await listed(h) == []
 
 
-async def test_modified_seed_messages_are_stored_modified(h: Harness) -> None:
+async def test_modified_seed_messages_are_fed_modified_and_kept_exact(h: Harness) -> None:
     h.guardian.rules += [
         replace_message_text("user", "vault", "[place]"),
         replace_message_text("user", "briefly", "at length"),
@@ -108,8 +108,9 @@ async def test_modified_seed_messages_are_stored_modified(h: Harness) -> None:
         {"role": "tool", "toolCallId": "call_1", "content": "gold, [withheld]"},
         {"role": "assistant", "content": "Gold and a [document]."},
     ]
-    for kind in ("full", "compacted"):
-        assert await history(h, session_id, kind) == expected
+    # history.md: the model is fed the guarded seed; `full` keeps what the client sent.
+    assert await history(h, session_id, "compacted") == expected
+    assert await history(h, session_id, "full") == SEED
 
 
 async def test_seed_verdicts_start_the_sessions_audit_trail(h: Harness) -> None:

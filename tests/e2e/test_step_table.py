@@ -492,8 +492,11 @@ async def test_ping_on_the_aos_endpoint_answers_liveness(lab: Lab) -> None:
 # When a trigger source (schedule, webhook) is added, it must emit this step before its turn.
 async def test_every_other_row_is_produced_and_agent_trigger_never_is(lab: Lab) -> None:
     tools = {name: True for name in ("counter", "search_notes", "mcp_forecast", "a2a_booking")}
+    lab.h.guardian.requests.clear()
     sid = await lab.session(server_tools=tools, client_tools=[WEATHER])
-    seen: list[str] = []
+    # The client's tool definitions are checked when the session is created (steps/message).
+    seen: list[str] = lab.h.guardian.methods()
+    assert seen == ["steps/message"]
     await lab.turn(sid, "/remember the sky is blue")
     seen += lab.h.guardian.methods()
     script = "\n".join(

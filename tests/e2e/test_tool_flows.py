@@ -355,21 +355,29 @@ async def test_answer_of_the_wrong_kind_is_rejected(h: Harness, mode: str) -> No
     assert [m["role"] for m in await history(h, sid)] == ["user", "assistant"]
 
 
-# tool-call.md "Tool call resolving": an answered call is not pending any more; resubmitting
-# the same answers is rejected and never runs the tool a second time.
+# tool-call.md "Tool call resolving" + issue 7 item 7: resubmitting the same answers (after a
+# lost response, say) is idempotent: acknowledged, nothing run or stored again; a different
+# answer to an answered call is a conflict.
 @modes
 async def test_resubmitting_answers_never_runs_a_tool_twice(h: Harness, mode: str) -> None:
     sid, client_id, perm_id = await _pending_pair(h, mode)
     answers = [tool_result(client_id, "rain"), permission(perm_id, True)]
     first = await run_turn(h, sid, answers, mode)
     assert first.tool_results()[perm_id].startswith("Queued message #1 ")
+    stored = await history(h, sid)
 
     again = await run_turn(h, sid, answers, mode)
-    assert again.status == 400
-    assert again.body["error"]["code"] == "unknown_tool_call"
-    assert "already answered" in again.body["error"]["message"]
+    assert again.status == 200
+    assert again.stop == "end_turn"
+    assert again.messages == []
     only_permission = await run_turn(h, sid, [permission(perm_id, True)], mode)
-    assert only_permission.status == 400
+    assert only_permission.status == 200
+    assert await history(h, sid) == stored
+    changed = await run_turn(h, sid, [permission(perm_id, False)], mode)
+    assert changed.status == 409
+    assert changed.body["error"]["code"] == "already_answered"
+    other_result = await run_turn(h, sid, [tool_result(client_id, "snow")], mode)
+    assert other_result.status == 409
 
     trusted = {"agent": {"tools": [{"name": "send_email", "trust": True}]}}
     later = await run_turn(h, sid, tool_line("send_email", EMAIL), mode, **trusted)

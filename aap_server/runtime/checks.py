@@ -1,0 +1,132 @@
+"""The guardian's checks of one session's steps: verdicts kept as audit drafts, and read back.
+
+`GuardianChecks` sends each step's AOS request to the fail-closed guardian and keeps its verdict
+for the audit trail until the next write records it; the `modified_*` helpers read a `modify`
+verdict back as AAP content or tool input.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aap_server import aos
+from aap_server.agent import ServerTool
+from aap_server.guardian import CheckScope, FailClosed, asks_for_human, check_scope
+from aap_server.ids import utc_now_iso
+from aap_server.protocol import Content, ToolSpec
+from aap_server.runtime.principal import Principal
+from aap_server.runtime.registry import HostedAgent
+from aap_server.runtime.steps import (
+    StepFactory,
+    aos_agent,
+    content_of_outputs,
+    parts_to_blocks,
+    simplify,
+    tool_definition,
+)
+from aap_server.store import AuditDraft
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def needs_human(tool: ServerTool | None, verdict_data: dict[str, Any] | None) -> bool:
+    """Whether a call must wait for a human's approval (an AAP permission request) even in a
+    session that trusts the tool: the tool's AOM `a2h_policy` requires authorization, or the
+    guardian's verdict asks for it (`asks_for_human`)."""
+    if tool is not None and tool.a2h_policy is not None and tool.a2h_policy.requires_authorization:
+        return True
+    return asks_for_human(verdict_data)
+
+
+def step_factory(
+    hosted: HostedAgent,
+    model_tools: list[ToolSpec],
+    client_tool_names: frozenset[str],
+    *,
+    session_id: str,
+    turn_id: str,
+    principal: Principal,
+) -> StepFactory:
+    definitions = [
+        tool_definition(spec, "client" if spec.name in client_tool_names else "server")
+        for spec in model_tools
+    ]
+    return StepFactory(
+        agent=aos_agent(hosted.agent, definitions),
+        session_id=session_id,
+        turn_id=turn_id,
+        principal=principal,
+    )
+
+
+class GuardianChecks:
+    """The guardian's checks of one session's steps, and their verdicts kept for the audit
+    trail until they are written with the next step (so recording costs no extra trip to
+    the database)."""
+
+    def __init__(
+        self, guardian: FailClosed, session_id: str, turn_id: str, memory: bytes | None = None
+    ) -> None:
+        self.guardian = guardian
+        self.session_id = session_id
+        self.turn_id = turn_id
+        # The guardian's memory of the session as last stored: taken back before each check,
+        # which costs a lookup while the guardian still holds the session (after a restart or
+        # an eviction, even mid-turn, it restores what was stored).
+        self.memory = memory
+        self._audit: list[AuditDraft] = []
+
+    async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        if self.memory is not None:
+            self.guardian.import_session(self.session_id, self.memory)
+        started = time.perf_counter_ns()
+        # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
+        token = check_scope.set(CheckScope(session_id=self.session_id))
+        try:
+            verdict = await self.guardian.check(request)
+        finally:
+            check_scope.reset(token)
+        data = verdict.data or {}
+        self._audit.append(
+            AuditDraft(
+                turn_id=self.turn_id,
+                step_id=str(request.id),
+                method=request.method,
+                decision=verdict.decision,
+                reason_codes=list(verdict.reason_code or []),
+                latency_us=(time.perf_counter_ns() - started) // 1000,
+                at=utc_now_iso(),
+                rule_id=_text_or_none(data.get("ruleId")),
+                policy_hash=_text_or_none(data.get("policyHash")),
+            )
+        )
+        return verdict
+
+    def take_audit(self) -> list[AuditDraft]:
+        """The verdicts not yet written, handed over to the write that records them."""
+        drafts, self._audit = self._audit, []
+        return drafts
+
+
+def modified_content(verdict: aos.AosSuccessResult, original: Content) -> Content:
+    modified = verdict.modified_request
+    if isinstance(modified, aos.MessageStep):
+        return simplify(parts_to_blocks(modified.params.message.content))
+    return original
+
+
+def modified_result(verdict: aos.AosSuccessResult, original: Content) -> Content:
+    modified = verdict.modified_request
+    if isinstance(modified, aos.ToolCallResultStep):
+        return content_of_outputs(modified.params.effective_result.outputs)
+    return original
+
+
+def modified_input(verdict: aos.AosSuccessResult, original: dict[str, Any]) -> dict[str, Any]:
+    modified = verdict.modified_request
+    if isinstance(modified, aos.ToolCallRequestStep):
+        return {arg.name: arg.value for arg in modified.params.tool_call_request.inputs}
+    return original

@@ -1,0 +1,88 @@
+"""Agent text as it streams: each delta leaves only as the guardian's text screen releases it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from aap_server.guardian import TextScreen
+from aap_server.protocol import (
+    ContentBlock,
+    TextContentBlock,
+    TextDeltaEvent,
+    ThinkingContentBlock,
+    ThinkingDeltaEvent,
+)
+from aap_server.runtime.events import EngineEvent
+
+logger = logging.getLogger("aap_server.turn")
+
+
+def message_blocks(thinking: str, text: str) -> list[ContentBlock]:
+    """An assistant message's blocks: at most one thinking block, then at most one text block
+    (the shape a client's fold of `thinking`/`text` deltas builds)."""
+    blocks: list[ContentBlock] = []
+    if thinking:
+        blocks.append(ThinkingContentBlock(thinking=thinking))
+    if text:
+        blocks.append(TextContentBlock(text=text))
+    return blocks
+
+
+def merge_blocks(blocks: list[ContentBlock]) -> list[ContentBlock]:
+    """Adjacent thinking or text blocks joined, as a client's fold of their deltas joins
+    them (so the stored message is what the client built)."""
+    merged: list[ContentBlock] = []
+    for block in blocks:
+        last = merged[-1] if merged else None
+        if isinstance(block, TextContentBlock) and isinstance(last, TextContentBlock):
+            merged[-1] = TextContentBlock(text=last.text + block.text)
+        elif isinstance(block, ThinkingContentBlock) and isinstance(last, ThinkingContentBlock):
+            merged[-1] = ThinkingContentBlock(thinking=last.thinking + block.thinking)
+        else:
+            merged.append(block)
+    return merged
+
+
+class Streamed:
+    """One kind of delta (text or thinking) of one message: what the model said, and what
+    the guardian's text screen has let out so far."""
+
+    def __init__(
+        self,
+        screen: TextScreen,
+        event: type[TextDeltaEvent] | type[ThinkingDeltaEvent],
+        emit: Callable[[EngineEvent], None],
+    ) -> None:
+        self.screen = screen
+        self.event = event
+        self.emit = emit
+        self.pieces: list[str] = []
+        self.released: list[str] = []
+
+    @property
+    def whole(self) -> str:
+        return "".join(self.pieces)
+
+    def feed(self, delta: str) -> None:
+        if delta:
+            self.pieces.append(delta)
+            self._send(self.screen.feed(delta))
+
+    def finish(self) -> None:
+        """The message was allowed: let out what the screen still holds."""
+        self._send(self.screen.flush())
+
+    def finish_as(self, modified: str) -> None:
+        """The message was modified: send the rest of the modified text, if what already left
+        is its beginning (a screen that released text should have caught what gets modified)."""
+        sent = "".join(self.released)
+        if modified.startswith(sent):
+            self._send(modified[len(sent) :])
+        else:
+            logger.warning("modified agent text differs from text already streamed")
+
+    def _send(self, text: str) -> None:
+        if text:
+            self.released.append(text)
+            self.emit(self.event(delta=text))
