@@ -137,3 +137,16 @@ async def test_aos_verdicts_count_towards_stored_bytes(tmp_path: Path) -> None:
         assert 2 < answered < 50
         # Every verdict that was answered is on the record; the refused request got none.
         assert len((await h.client.get("/aos/audit")).json()["records"]) == answered
+
+
+async def test_an_acknowledged_resubmission_gives_its_turn_slot_back(tmp_path: Path) -> None:
+    from tests.e2e.guardian_helpers import permission, run_turn, tool_result
+    from tests.e2e.test_tool_flows import _pending_pair
+
+    async with harness(tmp_path, settings=limited(tmp_path, max_concurrent_turns=1)) as h:
+        sid, client_id, perm_id = await _pending_pair(h, "none")
+        answers = [tool_result(client_id, "rain"), permission(perm_id, True)]
+        assert (await run_turn(h, sid, answers, "none")).status == 200
+        for _ in range(3):  # a lost response, resent: acknowledged, nothing run
+            assert (await run_turn(h, sid, answers, "none")).status == 200
+        assert (await run_turn(h, sid, "and now?", "none")).status == 200
