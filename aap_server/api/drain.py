@@ -1,10 +1,10 @@
 """Graceful shutdown: stop taking work, let running turns end, then let the server exit.
 
 On the first SIGTERM/SIGINT the server keeps listening but answers every request that would
-start work (anything but GET/HEAD) with 503 JSON and `Retry-After`; running turns get up to
-`shutdown_grace_seconds` to finish (those still running then are cancelled and end with
-`turn_stop: error`), open streams are given their last events, and only then does uvicorn
-close the listener and exit. A second signal exits at once.
+start work (anything but GET, HEAD and OPTIONS) with 503 JSON and `Retry-After`; running
+turns get up to `shutdown_grace_seconds` to finish (those still running then are cancelled
+and end with `turn_stop: error`), open streams are given their last events, and only then
+does uvicorn close the listener and exit. A second signal exits at once.
 
 uvicorn alone closes the listener first (new requests: connection refused), and sse-starlette
 cuts every open stream as soon as uvicorn's `should_exit` is set: hence the drain runs before
@@ -70,7 +70,7 @@ class Drain:
 
     async def refuse_new_work(self, request: Request[Any, Any, Any]) -> Response[bytes] | None:
         """`before_request` hook: during the drain, only reads are still served."""
-        if not self.draining or request.method in ("GET", "HEAD"):
+        if not self.draining or request.method in ("GET", "HEAD", "OPTIONS"):
             return None
         return error_response(
             503,
