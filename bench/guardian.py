@@ -148,6 +148,9 @@ def start_remote(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
         "AAP_PORT": str(port),
         "AAP_DB": str(Path(workdir) / "remote.db"),
         "AAP_LOG_LEVEL": "warning",
+        # Every check comes from one (open) principal: per-key limits off.
+        "AAP_RATE_LIMIT_PER_SECOND": "0",
+        "AAP_MAX_STORED_BYTES": "0",
     }
     process = subprocess.Popen([sys.executable, "-m", "aap_server.cli", "serve"], env=env)
     base = f"http://127.0.0.1:{port}"
