@@ -3,6 +3,7 @@ to rewrite that text (for `modify`) without touching anything else of the reques
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,19 +12,28 @@ import msgspec
 from aap_server import aos
 
 # Where each method keeps the content a policy inspects and may rewrite (paths into the
-# request's JSON form; `*` walks every item of a list, a trailing `**` every string below).
+# request's JSON form; `*` walks every item of a list, a trailing `**` every string below it,
+# dictionary keys included). Every part kind is walked (text, file bytes/URI/name, data,
+# metadata), not only text fields: whatever a step carries is seen.
 CONTENT_PATHS: dict[str, list[tuple[str, ...]]] = {
-    "steps/message": [("params", "message", "content", "*", "text")],
-    "steps/toolCallRequest": [("params", "toolCallRequest", "inputs", "*", "value", "**")],
-    "steps/toolCallResult": [("params", "result", "outputs", "*", "text")],
-    "steps/knowledgeRetrieval": [("params", "knowledgeStep", "results", "*", "content")],
+    "steps/message": [
+        ("params", "message", "content", "*", "**"),
+        ("params", "message", "metadata", "**"),
+    ],
+    "steps/toolCallRequest": [("params", "toolCallRequest", "inputs", "*", "**")],
+    "steps/toolCallResult": [("params", "result", "outputs", "*", "**")],
+    "steps/knowledgeRetrieval": [("params", "knowledgeStep", "**")],
     "steps/memoryStore": [("params", "memory", "*")],
     "steps/memoryContextRetrieval": [("params", "memory", "*")],
-    "steps/agentTrigger": [("params", "trigger", "content", "*", "text")],
+    "steps/agentTrigger": [("params", "trigger", "**")],
     "protocols/MCP": [("params", "message", "**")],
     "protocols/A2A": [("params", "message", "**")],
     "ping": [],
 }
+# Names no detector can fire on (an identifier of up to 16 characters: no secret, address,
+# number or phrase fits): the structure of the JSON (`kind`, `text`, `toolCallId`) is not
+# scanned as content. Every other dictionary key is, and is rewritten like a value.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,15}")
 
 # Steps whose content comes from outside the agent's control.
 UNTRUSTED_METHODS = frozenset(
@@ -56,13 +66,19 @@ def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
         if isinstance(node, list):
             return [_walk(item, path, visit) for item in node]
         if isinstance(node, dict):
-            return {key: _walk(value, path, visit) for key, value in node.items()}
+            return {_key(key, visit): _walk(value, path, visit) for key, value in node.items()}
         return node
     if head == "*":
         return [_walk(item, rest, visit) for item in node] if isinstance(node, list) else node
     if isinstance(node, dict) and head in node:
         return {**node, head: _walk(node[head], rest, visit)}
     return node
+
+
+def _key(key: Any, visit: Callable[[str], str]) -> Any:
+    if not isinstance(key, str) or _PLAIN_NAME.fullmatch(key):
+        return key
+    return visit(key)
 
 
 def _normalized(request: aos.AosRequest) -> aos.AosRequest:
