@@ -414,12 +414,15 @@ _HOOK_HOSTS = (
     "canary.discord",
 )
 _AUTHORITY_BREAK = re.compile(r"[\s/?#\"'<>]")
+_MAX_URL_REST = 2048
 
 
 def _urls(text: str, out: list[Finding]) -> None:
     pos = text.find("://")
     while pos != -1:
         after = pos + 3
+        following = text.find("://", after)
+        bound = min(after + _MAX_URL_REST, following if following != -1 else len(text))
         hook = None
         if text.startswith(_HOOK_HOSTS, after):
             hook = _SLACK_WEBHOOK.match(text, after) or _DISCORD_WEBHOOK.match(text, after)
@@ -440,14 +443,16 @@ def _urls(text: str, out: list[Finding]) -> None:
                 and cred.group(2)
                 and not _PLACEHOLDER_PASSWORD.fullmatch(cred.group(2))
             ):
-                rest = _URL_REST.match(text, cred.end())
+                # The path and query, up to a bound: a run without spaces must not be read
+                # to its end at every URL in it (the credentials are before it anyway).
+                rest = _URL_REST.match(text, cred.end(), max(cred.end(), bound))
                 end = rest.end() if rest else cred.end()
                 while end > cred.end() and text[end - 1] in _TRAILING_PUNCT:
                     end -= 1
                 base = scheme.group().lower().split("+", 1)[0]
                 kind = "database_url" if base in _DB_SCHEMES else "url_password"
                 out.append(_secret(f"secret.{kind}", text, start, end))
-        pos = text.find("://", after)
+        pos = following
 
 
 _KEY_BEGIN = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----")
