@@ -30,10 +30,11 @@ CONTENT_PATHS: dict[str, list[tuple[str, ...]]] = {
     "protocols/A2A": [("params", "message", "**")],
     "ping": [],
 }
-# Names no detector can fire on (an identifier of up to 16 characters: no secret, address,
-# number or phrase fits): the structure of the JSON (`kind`, `text`, `toolCallId`) is not
-# scanned as content. Every other dictionary key is, and is rewritten like a value.
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,15}")
+# Words no detector can fire on and no remembered line can start with (an identifier of up
+# to 15 characters: no secret, address, number, phrase or 16-byte fingerprint fits): the
+# structure of the JSON (`kind`, `text`, `toolCallId`) is not scanned as content. Every other
+# string is, dictionary keys included, and keys are rewritten like values.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,14}")
 
 # Steps whose content comes from outside the agent's control.
 UNTRUSTED_METHODS = frozenset(
@@ -94,7 +95,8 @@ def _texts(normalized: aos.AosRequest) -> list[str]:
     found: list[str] = []
 
     def collect(text: str) -> str:
-        found.append(text)
+        if not _PLAIN_NAME.fullmatch(text):
+            found.append(text)
         return text
 
     document = msgspec.to_builtins(normalized)

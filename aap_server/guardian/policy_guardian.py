@@ -14,11 +14,13 @@ changed on the event loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -27,6 +29,7 @@ from aap_server import aos
 from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
 from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
+from aap_server.guardian.detectors.scan import ScanCancelled
 from aap_server.guardian.memory import (
     MAX_CALLER_BYTES,
     MAX_CALLER_SESSIONS,
@@ -55,8 +58,9 @@ logger = logging.getLogger("aap_server.guardian")
 INLINE_SCAN_BYTES = 32 * 1024
 
 
-class _Cancelled(Exception):
-    """The check's waiter gave up (time budget): stop scanning."""
+# One worker for all big scans: however many arrive at once, at most one competes with the
+# event loop for the interpreter (the rest queue), so the loop keeps most of its time.
+_SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aap-guardian-scan")
 
 
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
@@ -106,6 +110,7 @@ class _Step:
         # Tool arguments as they may leave (decoded forms) and the detector hits in those.
         self.argument_forms: list[bytes] = []
         self.argument_findings: list[Finding] = []
+        self._arguments_ready = False
         # Fingerprints of the lines of untrusted content (the newest ones that can be kept).
         self.line_prints: list[int] = []
 
@@ -113,12 +118,10 @@ class _Step:
         """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            if self.cancelled.is_set():
-                raise _Cancelled
-            found = self._scans[text] = scan_all(text)
+            found = self._scans[text] = scan_all(text, should_stop=self.cancelled.is_set)
         return found
 
-    def prepare(self) -> None:
+    def prepare(self, *, arguments: bool = False) -> None:
         """Everything costly, once: detector hits in the content (for egress tools also URLs
         outside the policy's allowed domains or inside its denied ones), the decoded forms of
         tool arguments, fingerprints of untrusted lines. Linear in the step's content."""
@@ -129,21 +132,28 @@ class _Step:
             for text in view.texts:
                 found.extend(check_egress(text, egress.allow_domains, egress.deny_domains))
         self.findings = found
-        if view.method == "steps/toolCallRequest":
-            self.argument_forms = decoded_forms("\n".join(view.texts))
-            plain = self.argument_forms[0]
-            decoded = [form.decode("utf-8", "replace") for form in self.argument_forms[1:]]
-            self.argument_findings = [f for f in found if f.category in ("pii", "secret")]
-            for text in decoded:
-                if self.cancelled.is_set():
-                    raise _Cancelled
-                if text.encode() != plain:
-                    self.argument_findings += scan_all(text, ("pii", "secret"))
         if view.method in UNTRUSTED_METHODS or view.method == "steps/knowledgeRetrieval":
             prints: dict[int, None] = {}
             for text in view.texts:
                 prints.update(dict.fromkeys(line_prints(text)))
             self.line_prints = list(prints)[-MAX_LINE_PRINTS:]
+        if arguments:
+            self.prepare_arguments()
+
+    def prepare_arguments(self) -> None:
+        """The tool arguments as they may leave (decoded forms) and the detector hits in
+        them: only for rules that ask (`*_in_arguments`), at most once."""
+        if self._arguments_ready or self.view.method != "steps/toolCallRequest":
+            return
+        self._arguments_ready = True
+        self.argument_forms = decoded_forms("\n".join(self.view.texts))
+        plain = self.argument_forms[0]
+        self.argument_findings = [f for f in self.findings if f.category in ("pii", "secret")]
+        for form in self.argument_forms[1:]:
+            if form != plain:
+                text = form.decode("utf-8", "replace")
+                stop = self.cancelled.is_set
+                self.argument_findings += scan_all(text, ("pii", "secret"), should_stop=stop)
 
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
@@ -177,6 +187,11 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
                 return False
         if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
             return False
+        if (
+            session.private_data_in_arguments is not None
+            or session.untrusted_data_in_arguments is not None
+        ):
+            step.prepare_arguments()
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
             view.method == "steps/toolCallRequest"
             and facts.carries_private(step.argument_findings, step.argument_forms)
@@ -359,13 +374,21 @@ class PolicyGuardian(Guardian):
 
 
 async def _off_the_loop(step: _Step) -> None:
-    """`step.prepare()` in a worker thread; if the wait is cancelled (the time budget ran
-    out), the thread stops at its next text."""
+    """`step.prepare()` in the scan worker; if the wait is cancelled (the time budget ran
+    out), the scan stops before its next detector family (or never starts)."""
+    loop = asyncio.get_running_loop()
     try:
-        await asyncio.to_thread(step.prepare)
+        await loop.run_in_executor(_SCANNER, _prepare_quietly, step)
     except asyncio.CancelledError:
         step.cancelled.set()
         raise
+
+
+def _prepare_quietly(step: _Step) -> None:
+    if step.cancelled.is_set():
+        return
+    with contextlib.suppress(ScanCancelled):  # nobody waits for it any more
+        step.prepare(arguments=True)
 
 
 def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:
