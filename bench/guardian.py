@@ -153,7 +153,12 @@ def start_remote(
         "AAP_LOG_LEVEL": "warning",
         **(extra_env or {}),
     }
-    process = subprocess.Popen([sys.executable, "-m", "aap_server.cli", "serve"], env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aap_server.cli", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -208,7 +213,7 @@ def rss_mb(pid: int) -> float:
 
 async def memory_under_untrusted_results(calls: int = 100, size: int = 2 * 1024 * 1024) -> None:
     """The server's RSS before and after `calls` POST /aos tool results of `size` bytes, each
-    with its own lines: with the default scan limit (such results are refused unscanned) and
+    with its own (long) lines: with the default scan limit (such results are refused unscanned) and
     with the limit raised to 4 MiB (they are scanned and their lines fingerprinted)."""
     print(f"\nserver RSS, {calls} x {size // (1024 * 1024)} MB untrusted tool results via /aos")
     for label, policy in (
@@ -235,8 +240,14 @@ async def memory_under_untrusted_results(calls: int = 100, size: int = 2 * 1024 
                     before = rss_mb(process.pid)
                     decisions: dict[str, int] = {}
                     for call in range(calls):
-                        line = f"call {call:04d} line {{:07d}} of an untrusted page with words\n"
-                        body = "".join(line.format(i) for i in range(size // len(line)))
+                        # Long lines (256 KB each, as in minified pages or CSV exports):
+                        # what an implementation that keeps lines whole pays most for.
+                        words = f"call {call:04d} part {{:02d}} of an untrusted page with words "
+                        line_bytes = 256 * 1024
+                        body = "\n".join(
+                            (words.format(part) * (line_bytes // len(words)))
+                            for part in range(size // line_bytes)
+                        )
                         result = steps.tool_call_result(f"c{call}", body, False)
                         response = await client.post(url, content=msgspec.json.encode(result))
                         decision = response.json()["result"]["decision"]

@@ -268,9 +268,10 @@ class SessionFacts:
         return facts
 
 
-# How many hosted sessions' facts are kept in memory (least recently used are forgotten
-# first; they are re-imported from the store).
+# How many hosted sessions' facts, and how many bytes of them, are kept in memory (least
+# recently used are forgotten first; they are re-imported from the store when needed).
 MAX_SESSIONS = 10_000
+MAX_HOSTED_BYTES = 256 * 1024 * 1024
 # Per `POST /aos` caller: how many of its sessions, and how many bytes of their memory, are
 # kept (its least recently used sessions are forgotten first; never another caller's).
 MAX_CALLER_SESSIONS = 1_000

@@ -33,6 +33,7 @@ from aap_server.guardian.detectors.scan import ScanCancelled
 from aap_server.guardian.memory import (
     MAX_CALLER_BYTES,
     MAX_CALLER_SESSIONS,
+    MAX_HOSTED_BYTES,
     MAX_LINE_PRINTS,
     MAX_SESSIONS,
     FactsCache,
@@ -215,7 +216,7 @@ class PolicyGuardian(Guardian):
         self.policy = policy
         # Hosted sessions' facts by session id (re-imported from the store when forgotten);
         # each outside caller's apart, bounded per caller, so none can push out another's.
-        self._hosted = FactsCache(MAX_SESSIONS)
+        self._hosted = FactsCache(MAX_SESSIONS, MAX_HOSTED_BYTES)
         self._outside: dict[str, FactsCache] = {}
         self._screen = screen_for(policy)
 
