@@ -3,6 +3,7 @@ to rewrite that text (for `modify`) without touching anything else of the reques
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -77,9 +78,15 @@ def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
 
 
 def _key(key: Any, visit: Callable[[str], str]) -> Any:
-    if not isinstance(key, str) or _PLAIN_NAME.fullmatch(key):
+    if not isinstance(key, str) or _plain(key):
         return key
     return visit(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain(name: str) -> bool:
+    """Whether a string is a plain name (keys repeat: `kind`, `text`, ... are looked up)."""
+    return _PLAIN_NAME.fullmatch(name) is not None
 
 
 def _normalized(request: aos.AosRequest) -> aos.AosRequest:
@@ -95,7 +102,7 @@ def _texts(normalized: aos.AosRequest) -> list[str]:
     found: list[str] = []
 
     def collect(text: str) -> str:
-        if not _PLAIN_NAME.fullmatch(text):
+        if len(text) > 15 or not _plain(text):
             found.append(text)
         return text
 

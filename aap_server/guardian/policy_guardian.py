@@ -18,7 +18,6 @@ import contextlib
 import fnmatch
 import logging
 import re
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -105,7 +104,8 @@ class _Step:
         self.request = request
         self.view = view
         self.policy = policy
-        self.cancelled = threading.Event()
+        # Set from the event loop when the check's waiter gave up; read by the scan worker.
+        self.cancelled = False
         self.findings: list[Finding] = []
         self._scans: dict[str, list[Finding]] = {}
         # Tool arguments as they may leave (decoded forms) and the detector hits in those.
@@ -119,7 +119,7 @@ class _Step:
         """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            found = self._scans[text] = scan_all(text, should_stop=self.cancelled.is_set)
+            found = self._scans[text] = scan_all(text, should_stop=self.stopped)
         return found
 
     def prepare(self, *, arguments: bool = False) -> None:
@@ -153,8 +153,11 @@ class _Step:
         for form in self.argument_forms[1:]:
             if form != plain:
                 text = form.decode("utf-8", "replace")
-                stop = self.cancelled.is_set
+                stop = self.stopped
                 self.argument_findings += scan_all(text, ("pii", "secret"), should_stop=stop)
+
+    def stopped(self) -> bool:
+        return self.cancelled
 
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
@@ -381,12 +384,12 @@ async def _off_the_loop(step: _Step) -> None:
     try:
         await loop.run_in_executor(_SCANNER, _prepare_quietly, step)
     except asyncio.CancelledError:
-        step.cancelled.set()
+        step.cancelled = True
         raise
 
 
 def _prepare_quietly(step: _Step) -> None:
-    if step.cancelled.is_set():
+    if step.cancelled:
         return
     with contextlib.suppress(ScanCancelled):  # nobody waits for it any more
         step.prepare(arguments=True)
