@@ -8,7 +8,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -105,6 +105,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     cors_origins: list[str] = msgspec.field(default_factory=list)
     # Serve every endpoint (and the docs) under this path, e.g. `/v1`; empty: at the root.
     base_path: str = ""
+    # The built-in browser console at /console; "auto": only when `host` is a loopback address.
+    console: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("page_size", "max_body_bytes"):
