@@ -202,7 +202,7 @@ async def test_a_client_tool_result_is_entered_in_the_console(page: Any, server:
     await open_console(page, server)
     clock = {"name": "get_time", "description": "The time", "parameters": {"type": "object"}}
     await create_session(page, client_tools=[clock])
-    turn = await send(page, "/tool get_time {}", "delta")
+    turn = await send(page, "/tool get_time {}", "none")
     card = turn.locator(".tool-call", has_text="get_time")
     await card.locator(".client-result").fill("12:34 in Osaka")
     await card.locator(".answer button[type=submit]").click()
@@ -291,6 +291,7 @@ async def test_sessions_are_listed_page_by_page_opened_and_deleted(
 
     oldest = ids[0]
     await page.locator(f'#sessions li[data-session="{oldest}"] button').click()
+    await expect(page.locator("#session-title")).to_have_text(f"demo {oldest}")
     await expect(page.locator("#transcript .msg.user")).to_have_text("Younote number 0")
     await expect(page.locator("#transcript .msg.assistant .text")).to_have_text(
         "Echo: note number 0"
@@ -322,3 +323,91 @@ async def test_the_console_works_under_a_base_path(browser: Any, tmp_path: Path)
         await create_session(page)
         turn = await send(page, "under a prefix", "delta")
         await expect(turn.locator(".msg.assistant .text")).to_have_text("Echo: under a prefix")
+
+
+async def test_a_turn_left_waiting_for_permission_is_answered_after_a_reload(
+    page: Any, server: Server
+) -> None:
+    # The turn stopped for permission through the API; the console opens the session later.
+    created = await server.alice.post(
+        "/sessions", json={"agent": {"name": "demo", "tools": [{"name": "send_email"}]}}
+    )
+    session_id = created.json()["sessionId"]
+    stopped = await server.alice.post(
+        f"/sessions/{session_id}/turns",
+        json={"messages": [{"role": "user", "content": SEND_EMAIL}]},
+    )
+    assert stopped.json()["stopReason"] == "tool_use"
+    await open_console(page, server)
+    await page.locator(f'#sessions li[data-session="{session_id}"] button').click()
+    card = page.locator("#transcript .tool-call", has_text="send_email")
+    await card.locator("button.grant").click()
+    await expect(card.locator(".tool-result")).to_contain_text("Queued message #1")
+    await expect(page.locator("#transcript .msg.assistant .text").last).to_contain_text(
+        "Tool results: send_email → Queued message #1"
+    )
+
+
+async def test_another_key_closes_the_open_session(page: Any, server: Server) -> None:
+    await open_console(page, server)
+    await create_session(page)
+    await page.fill("#api-key", "key-bob")
+    await page.click("#key-form button[type=submit]")
+    await expect(page.locator("#session-bar")).to_be_hidden()
+    await expect(page.locator("#transcript .msg")).to_have_count(0)
+
+
+# The stream parser, fed a real turn's bytes one byte at a time: line breaks (`\r\n`) and
+# multi-byte characters split across reads change nothing.
+async def test_the_stream_reader_takes_bytes_split_anywhere(page: Any, server: Server) -> None:
+    created = await server.alice.post("/sessions", json={"agent": {"name": "demo"}})
+    path = f"/sessions/{created.json()['sessionId']}/turns"
+    body = {"stream": "delta", "messages": [{"role": "user", "content": "/think\nnaïve → 東京"}]}
+    raw = (await server.alice.post(path, json=body)).content
+    assert b"\r\n" in raw
+    await page.goto(f"{server.base_url}/console")
+    read = """async ({bytes, chunk}) => {
+      const data = new Uint8Array(bytes);
+      const stream = new ReadableStream({start(controller) {
+        for (let i = 0; i < data.length; i += chunk) controller.enqueue(data.slice(i, i + chunk));
+        controller.close();
+      }});
+      const events = [];
+      for await (const event of readSse(stream)) events.push([event.event, JSON.parse(event.data)]);
+      return events;
+    }"""
+    whole = await page.evaluate(read, {"bytes": list(raw), "chunk": len(raw)})
+    names = [name for name, _ in whole]
+    assert names[0] == "turn_start"
+    assert names[-1] == "turn_stop"
+    assert "".join(d["delta"] for n, d in whole if n == "text_delta") == "Echo: naïve → 東京"
+    for chunk in (1, 2, 3, 7):
+        assert await page.evaluate(read, {"bytes": list(raw), "chunk": chunk}) == whole
+
+
+async def test_options_are_set_by_their_types_and_secrets_stay_hidden(
+    page: Any, server: Server
+) -> None:
+    await open_console(page, server)
+    secret = "sk-console-secret-value"
+    assert await page.locator("#option-style").evaluate("node => node.tagName") == "SELECT"
+    assert await page.locator("#option-signature").get_attribute("type") == "text"
+    assert await page.locator("#option-api_key").get_attribute("type") == "password"
+    await page.select_option("#option-style", "pirate")
+    await page.fill("#option-signature", "the console")
+    await page.fill("#option-api_key", secret)
+    session_id = await create_session(page)
+
+    turn = await send(page, "/options", "delta")
+    reply = turn.locator(".msg.assistant .text")
+    await expect(reply).to_contain_text("style=pirate")
+    await expect(reply).to_contain_text("signature=the console")
+    await expect(reply).to_contain_text("api_key is set")
+    await expect(page.locator("#session-title")).to_contain_text("api_key=***")
+    assert secret not in await page.locator("body").inner_text()
+    info = (await server.alice.get(f"/sessions/{session_id}")).json()
+    assert info["agent"]["options"] == {
+        "style": "pirate",
+        "signature": "the console",
+        "api_key": "***",
+    }

@@ -121,6 +121,7 @@ function setupKey() {
     const key = $("api-key").value.trim();
     if (key) sessionStorage.setItem(KEY_STORAGE, key);
     else sessionStorage.removeItem(KEY_STORAGE);
+    closeSession("Pick an agent and create a session, or open one from the list.");
     start();
   });
   $("forget-key").addEventListener("click", () => {
@@ -159,6 +160,7 @@ function optionInput(option) {
   }
   input.value = option.default;
   input.dataset.option = option.name;
+  input.dataset.default = option.default;
   return el(
     "div",
     { class: "field" },
@@ -191,9 +193,9 @@ function showAgentForm() {
 
 function readNewSessionForm() {
   const name = $("agent").value;
-  const options = {};
+  const options = {}; // only what differs from the defaults (the rest goes without saying)
   for (const input of $("agent-options").querySelectorAll("[data-option]")) {
-    options[input.dataset.option] = input.value;
+    if (input.value !== input.dataset.default) options[input.dataset.option] = input.value;
   }
   const tools = [];
   for (const box of $("agent-tools").querySelectorAll("[data-tool]")) {
@@ -258,10 +260,14 @@ async function openSession(sessionId) {
 
   const options = Object.entries(session.agent.options || {}).map(([name, value]) => `${name}=${value}`);
   $("session-title").replaceChildren(
-    el("strong", {}, session.agent.name),
-    " ",
-    el("code", {}, session.sessionId),
-    options.length ? el("span", { class: "muted" }, ` · ${options.join(", ")}`) : null,
+    el(
+      "span",
+      {},
+      el("strong", {}, session.agent.name),
+      " ",
+      el("code", {}, session.sessionId),
+      options.length ? el("span", { class: "muted" }, ` · ${options.join(", ")}`) : null,
+    ),
   );
   const history = state.agent?.capabilities?.history || {};
   const kinds = ["full", "compacted"].filter((kind) => kind in history);
@@ -281,13 +287,18 @@ async function deleteSession() {
   if (!session || !confirm(`Delete session ${session.sessionId} and all its history?`)) return;
   await guarded(async () => {
     await apiJson("DELETE", `/sessions/${encodeURIComponent(session.sessionId)}`);
-    state.session = null;
-    $("session-bar").hidden = true;
-    $("composer").hidden = true;
-    $("transcript").replaceChildren(el("p", { class: "muted empty" }, `Deleted ${session.sessionId}.`));
-    $("verdicts").replaceChildren();
+    closeSession(`Deleted ${session.sessionId}.`);
     await loadSessions();
   });
+}
+
+function closeSession(message) {
+  state.session = null;
+  state.calls = new Map();
+  $("session-bar").hidden = true;
+  $("composer").hidden = true;
+  $("transcript").replaceChildren(el("p", { class: "muted empty" }, message));
+  $("verdicts").replaceChildren(el("p", { class: "muted" }, "The audit trail of the open session."));
 }
 
 // --- the transcript ----------------------------------------------------------------------
