@@ -411,3 +411,17 @@ async def test_options_are_set_by_their_types_and_secrets_stay_hidden(
         "signature": "the console",
         "api_key": "***",
     }
+
+
+# The README's quick start serves with no keys: the console works without typing one.
+async def test_on_a_server_without_keys_the_console_needs_no_key(
+    browser: Any, tmp_path: Path
+) -> None:
+    settings = Settings(db=str(tmp_path / "aap.db"))
+    async with serve(create_app(settings, demo_agents())) as base_url, new_page(browser) as page:
+        await page.goto(f"{base_url}/console")
+        await expect(page.locator("#agent option[value=demo]")).to_have_count(1)
+        await expect(page.locator("#notice")).to_be_hidden()
+        await create_session(page)
+        turn = await send(page, "no key needed", "message")
+        await expect(turn.locator(".msg.assistant .text")).to_have_text("Echo: no key needed")
