@@ -17,6 +17,7 @@ from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.base_path import BasePathMount
+from aap_server.api.console import console_routes
 from aap_server.api.cors import CorsMiddleware
 from aap_server.api.docs import docs_serving
 from aap_server.api.errors import EXCEPTION_HANDLERS
@@ -151,7 +152,13 @@ def create_app(
 
     app_version = package_version()
     app = Litestar(
-        route_handlers=[get_meta, get_health, SessionsController, post_aos],
+        route_handlers=[
+            get_meta,
+            get_health,
+            SessionsController,
+            post_aos,
+            *console_routes(settings),
+        ],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
