@@ -8,7 +8,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -134,6 +134,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Serve the agents installed packages register under the `aap_server.agents` entry point
     # group (the bundled demo agent is one).
     entry_point_agents: bool = True
+    # The built-in browser console at /console; "auto": only when `host` is a loopback address.
+    console: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         for name in (

@@ -18,6 +18,7 @@ from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import get_aos_audit, post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.base_path import BasePathMount
+from aap_server.api.console import console_routes
 from aap_server.api.cors import CorsMiddleware
 from aap_server.api.docs import docs_serving
 from aap_server.api.drain import Drain
@@ -185,7 +186,14 @@ def create_app(
 
     app_version = package_version()
     app = Litestar(
-        route_handlers=[get_meta, get_health, SessionsController, post_aos, get_aos_audit],
+        route_handlers=[
+            get_meta,
+            get_health,
+            SessionsController,
+            post_aos,
+            get_aos_audit,
+            *console_routes(settings),
+        ],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
         before_request=drain.refuse_new_work,
