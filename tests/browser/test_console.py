@@ -128,7 +128,7 @@ async def test_chat_streams_thinking_and_text_in_every_mode(page: Any, server: S
     # The console read the stream delta by delta: what the API sends for this message, in as
     # many deltas.
     streamed, counts = await streamed_on_the_wire(server, message)
-    assert counts["text_delta"] > 10
+    assert counts["text_delta"] > 5  # the guardian releases text in batches of 64+ characters
     assert counts["thinking_delta"] >= 1
     await expect(turn.locator(".msg.assistant .text")).to_have_text(streamed["text_delta"])
     await expect(turn.locator(".thinking .text")).to_have_text(streamed["thinking_delta"])
