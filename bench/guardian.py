@@ -7,7 +7,8 @@ on a temp file) and prints the share of the turn's time spent in guardian checks
 starts a second aap-server process on loopback and prints what asking it as a remote guardian
 (after the in-process policy) adds to each step.
 
-    python bench/guardian.py
+    python bench/guardian.py          # all of the above
+    python bench/guardian.py --rss    # server RSS before/after 100 x 2 MB untrusted results
 """
 
 from __future__ import annotations
@@ -139,7 +140,9 @@ async def share_of_turn(turns: int = 1500) -> None:
     )
 
 
-def start_remote(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_remote(
+    workdir: str, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -148,8 +151,17 @@ def start_remote(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
         "AAP_PORT": str(port),
         "AAP_DB": str(Path(workdir) / "remote.db"),
         "AAP_LOG_LEVEL": "warning",
+        # Every check comes from one (open) principal: per-key limits off.
+        "AAP_RATE_LIMIT_PER_SECOND": "0",
+        "AAP_MAX_STORED_BYTES": "0",
+        **(extra_env or {}),
     }
-    process = subprocess.Popen([sys.executable, "-m", "aap_server.cli", "serve"], env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aap_server.cli", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -195,7 +207,65 @@ async def with_remote(samples: int = 1000) -> None:
             process.wait(timeout=30)
 
 
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def memory_under_untrusted_results(calls: int = 100, size: int = 2 * 1024 * 1024) -> None:
+    """The server's RSS before and after `calls` POST /aos tool results of `size` bytes, each
+    with its own (long) lines: with the default scan limit (such results are refused unscanned) and
+    with the limit raised to 4 MiB (they are scanned and their lines fingerprinted)."""
+    print(f"\nserver RSS, {calls} x {size // (1024 * 1024)} MB untrusted tool results via /aos")
+    for label, policy in (
+        ("default policy (1 MiB scan limit)", ""),
+        ("scan limit raised to 4 MiB", "version = 1\n[limits]\nmax_scan_bytes = 4194304\n"),
+    ):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {}
+            if policy:
+                path = Path(tmp) / "policy.toml"
+                path.write_text(policy)
+                env["AAP_POLICY"] = str(path)
+            process, url = start_remote(tmp, env)
+            try:
+                async with httpx.AsyncClient(timeout=120) as client:
+                    steps = StepFactory(
+                        agent=aos_agent(DEMO, []),
+                        session_id="sess_rss",
+                        turn_id="turn_rss",
+                        principal=Principal(user_id="bench", org_id="bench"),
+                    )
+                    ping = steps.message("user", "hello")
+                    await client.post(url, content=msgspec.json.encode(ping))
+                    before = rss_mb(process.pid)
+                    decisions: dict[str, int] = {}
+                    for call in range(calls):
+                        # Long lines (256 KB each, as in minified pages or CSV exports):
+                        # what an implementation that keeps lines whole pays most for.
+                        words = f"call {call:04d} part {{:02d}} of an untrusted page with words "
+                        line_bytes = 256 * 1024
+                        body = "\n".join(
+                            (words.format(part) * (line_bytes // len(words)))
+                            for part in range(size // line_bytes)
+                        )
+                        result = steps.tool_call_result(f"c{call}", body, False)
+                        response = await client.post(url, content=msgspec.json.encode(result))
+                        decision = response.json()["result"]["decision"]
+                        decisions[decision] = decisions.get(decision, 0) + 1
+                    after = rss_mb(process.pid)
+                print(f"{label:<36} {before:7.0f} MB -> {after:7.0f} MB  verdicts {decisions}")
+            finally:
+                process.terminate()
+                process.wait(timeout=30)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--rss"]:
+        asyncio.run(memory_under_untrusted_results())
+        sys.exit(0)
     asyncio.run(per_step())
     asyncio.run(share_of_turn())
     asyncio.run(with_remote())

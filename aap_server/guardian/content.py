@@ -3,6 +3,8 @@ to rewrite that text (for `modify`) without touching anything else of the reques
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,19 +13,29 @@ import msgspec
 from aap_server import aos
 
 # Where each method keeps the content a policy inspects and may rewrite (paths into the
-# request's JSON form; `*` walks every item of a list, a trailing `**` every string below).
+# request's JSON form; `*` walks every item of a list, a trailing `**` every string below it,
+# dictionary keys included). Every part kind is walked (text, file bytes/URI/name, data,
+# metadata), not only text fields: whatever a step carries is seen.
 CONTENT_PATHS: dict[str, list[tuple[str, ...]]] = {
-    "steps/message": [("params", "message", "content", "*", "text")],
-    "steps/toolCallRequest": [("params", "toolCallRequest", "inputs", "*", "value", "**")],
-    "steps/toolCallResult": [("params", "result", "outputs", "*", "text")],
-    "steps/knowledgeRetrieval": [("params", "knowledgeStep", "results", "*", "content")],
+    "steps/message": [
+        ("params", "message", "content", "*", "**"),
+        ("params", "message", "metadata", "**"),
+    ],
+    "steps/toolCallRequest": [("params", "toolCallRequest", "inputs", "*", "**")],
+    "steps/toolCallResult": [("params", "result", "outputs", "*", "**")],
+    "steps/knowledgeRetrieval": [("params", "knowledgeStep", "**")],
     "steps/memoryStore": [("params", "memory", "*")],
     "steps/memoryContextRetrieval": [("params", "memory", "*")],
-    "steps/agentTrigger": [("params", "trigger", "content", "*", "text")],
+    "steps/agentTrigger": [("params", "trigger", "**")],
     "protocols/MCP": [("params", "message", "**")],
     "protocols/A2A": [("params", "message", "**")],
     "ping": [],
 }
+# Words no detector can fire on and no remembered line can start with (an identifier of up
+# to 15 characters: no secret, address, number, phrase or 16-byte fingerprint fits): the
+# structure of the JSON (`kind`, `text`, `toolCallId`) is not scanned as content. Every other
+# string is, dictionary keys included, and keys are rewritten like values.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,14}")
 
 # Steps whose content comes from outside the agent's control.
 UNTRUSTED_METHODS = frozenset(
@@ -56,13 +68,25 @@ def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
         if isinstance(node, list):
             return [_walk(item, path, visit) for item in node]
         if isinstance(node, dict):
-            return {key: _walk(value, path, visit) for key, value in node.items()}
+            return {_key(key, visit): _walk(value, path, visit) for key, value in node.items()}
         return node
     if head == "*":
         return [_walk(item, rest, visit) for item in node] if isinstance(node, list) else node
     if isinstance(node, dict) and head in node:
         return {**node, head: _walk(node[head], rest, visit)}
     return node
+
+
+def _key(key: Any, visit: Callable[[str], str]) -> Any:
+    if not isinstance(key, str) or _plain(key):
+        return key
+    return visit(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain(name: str) -> bool:
+    """Whether a string is a plain name (keys repeat: `kind`, `text`, ... are looked up)."""
+    return _PLAIN_NAME.fullmatch(name) is not None
 
 
 def _normalized(request: aos.AosRequest) -> aos.AosRequest:
@@ -78,7 +102,8 @@ def _texts(normalized: aos.AosRequest) -> list[str]:
     found: list[str] = []
 
     def collect(text: str) -> str:
-        found.append(text)
+        if len(text) > 15 or not _plain(text):
+            found.append(text)
         return text
 
     document = msgspec.to_builtins(normalized)

@@ -122,11 +122,24 @@ class Egress(_Strict, frozen=True):
     deny_domains: list[str] = msgspec.field(default_factory=list)
 
 
+class Limits(_Strict, frozen=True):
+    """How much one step may make the guardian read.
+
+    A step carrying more than `max_scan_bytes` of content (UTF-8, all its texts together) is
+    not scanned: it gets `over_limit` (`deny` by default: fail closed) with reason code
+    `limit.scan_bytes`. `allow` lets it through unscanned (still counted as untrusted input
+    where it is one)."""
+
+    max_scan_bytes: int = 1024 * 1024
+    over_limit: Literal["allow", "deny"] = "deny"
+
+
 class Policy(_Strict, frozen=True):
     version: Literal[1] = 1
     mode: Literal["enforce", "shadow"] = "enforce"
     default: Literal["allow", "deny"] = "allow"
     egress: Egress = msgspec.field(default_factory=Egress)
+    limits: Limits = msgspec.field(default_factory=Limits)
     rules: list[Rule] = msgspec.field(default_factory=list)
     # Set by the loader: sha256 of the file's bytes, named in every verdict.
     hash: str = ""
@@ -143,6 +156,8 @@ def _check_names(where: str, field: str, patterns: list[str], known: list[str]) 
 def validate(policy: Policy) -> Policy:
     """Cross-field checks msgspec's schema cannot express."""
     seen: set[str] = set()
+    if policy.limits.max_scan_bytes < 1:
+        raise PolicyError("limits.max_scan_bytes: must be at least 1")
     # Imported here: the CLI imports this module for `PolicyError` alone, and should not pay
     # for compiling every detector pattern unless a policy is actually checked.
     from aap_server.guardian.detectors import detector_ids

@@ -1,24 +1,26 @@
 """The in-process policy guardian: deterministic rules over detectors and session facts.
 
-Per session it remembers what policy rules ask about: how many tool calls were made, whether
-untrusted content came in, which private values were seen (so they can be recognised leaving
-in a tool's arguments, also base64-, URL- or hex-encoded), and the placeholders it handed out,
-so the same value always gets the same `<EMAIL_1>`. The memory lives in this process and is
-exported to the runtime after it changes (stored with the session), so a restart or an
-eviction forgets nothing.
+Per session it remembers what policy rules ask about (see `aap_server.guardian.memory`: counts,
+taint, fingerprints of untrusted and private values, placeholders), in bounded space. The
+memory lives in this process and is exported to the runtime after it changes (stored with the
+session), so a restart or an eviction forgets nothing.
+
+Work per step is linear in the step's content and capped (`[limits] max_scan_bytes`); a step
+larger than `INLINE_SCAN_BYTES` is scanned in a worker thread, so the event loop keeps serving
+and the guardian's time budget (`FailClosed`) can end the wait. Session facts are read and
+changed on the event loop only.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
+import contextlib
 import fnmatch
 import logging
 import re
-import urllib.parse
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import msgspec
 
@@ -26,6 +28,19 @@ from aap_server import aos
 from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
 from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
+from aap_server.guardian.detectors.scan import ScanCancelled
+from aap_server.guardian.memory import (
+    MAX_CALLER_BYTES,
+    MAX_CALLER_SESSIONS,
+    MAX_HOSTED_BYTES,
+    MAX_LINE_PRINTS,
+    MAX_SESSIONS,
+    FactsCache,
+    SessionFacts,
+    carries_line,
+    decoded_forms,
+    line_prints,
+)
 from aap_server.guardian.policy import (
     ACTION_STRENGTH,
     ArgumentMatch,
@@ -34,146 +49,18 @@ from aap_server.guardian.policy import (
     Policy,
     Rule,
 )
-from aap_server.guardian.screen import WindowScreen
+from aap_server.guardian.screen import screen_for
 
 logger = logging.getLogger("aap_server.guardian")
-_K = TypeVar("_K", str, tuple[str, str])
 
-# Private values shorter than this are too common to track as leaks.
-MIN_TRACKED_LENGTH = 6
-# How many sessions' facts are kept in memory, for hosted sessions and for `POST /aos`
-# callers' sessions apart, so that outside callers can never push a hosted session out
-# (least recently used are forgotten first; hosted ones are re-imported from the store).
-MAX_SESSIONS = 10_000
-# How many private / untrusted values one session remembers (oldest forgotten first).
-MAX_TRACKED_VALUES = 512
+# Steps with more content than this (UTF-8 bytes) are scanned off the event loop; smaller ones
+# inline, where a thread hop would cost more than the scan.
+INLINE_SCAN_BYTES = 32 * 1024
 
 
-class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
-    """`SessionFacts` as stored (values only: encodings are recomputed on import)."""
-
-    turn_id: str | None
-    calls_in_turn: int
-    calls_in_session: int
-    calls_by_tool: dict[str, int]
-    untrusted_seen: bool
-    untrusted_values: list[str]
-    private_values: list[str]
-    originals: dict[str, tuple[str, str]]  # placeholder -> (detector, value)
-    counters: dict[str, int]
-
-
-_memory_encoder = msgspec.json.Encoder()
-_memory_decoder = msgspec.json.Decoder(SessionMemory)
-
-
-class SessionFacts:
-    """What the guardian has seen of one session."""
-
-    def __init__(self) -> None:
-        self.changed = False  # since the last export
-        self.turn_id: str | None = None
-        self.calls_in_turn = 0
-        self.calls_in_session = 0
-        self.calls_by_tool: dict[str, int] = {}
-        self.untrusted_seen = False
-        self.untrusted_values = TrackedValues()
-        self.private_values = TrackedValues()
-        self.placeholders: dict[str, str] = {}  # real value -> placeholder
-        self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
-        self.counters: dict[str, int] = {}
-
-    def placeholder(self, finding: Finding) -> str:
-        known = self.placeholders.get(finding.value)
-        if known is not None:
-            return known
-        kind = finding.detector.rsplit(".", 1)[-1].upper()
-        self.counters[kind] = self.counters.get(kind, 0) + 1
-        placeholder = f"<{kind}_{self.counters[kind]}>"
-        self.placeholders[finding.value] = placeholder
-        self.originals[placeholder] = (finding.detector, finding.value)
-        self.changed = True
-        return placeholder
-
-    def export(self) -> bytes:
-        self.changed = False
-        return _memory_encoder.encode(
-            SessionMemory(
-                turn_id=self.turn_id,
-                calls_in_turn=self.calls_in_turn,
-                calls_in_session=self.calls_in_session,
-                calls_by_tool=self.calls_by_tool,
-                untrusted_seen=self.untrusted_seen,
-                untrusted_values=self.untrusted_values.values(),
-                private_values=self.private_values.values(),
-                originals=self.originals,
-                counters=self.counters,
-            )
-        )
-
-    @classmethod
-    def from_export(cls, memory: bytes) -> SessionFacts:
-        stored = _memory_decoder.decode(memory)
-        facts = cls()
-        facts.turn_id = stored.turn_id
-        facts.calls_in_turn = stored.calls_in_turn
-        facts.calls_in_session = stored.calls_in_session
-        facts.calls_by_tool = dict(stored.calls_by_tool)
-        facts.untrusted_seen = stored.untrusted_seen
-        facts.untrusted_values.update(stored.untrusted_values)
-        facts.private_values.update(stored.private_values)
-        facts.originals = dict(stored.originals)
-        facts.placeholders = {value: p for p, (_, value) in facts.originals.items()}
-        facts.counters = dict(stored.counters)
-        return facts
-
-
-def _encodings(value: str) -> tuple[str, ...]:
-    """The forms a value may take on the way out, lower-cased for matching."""
-    raw = value.encode()
-    forms = (
-        value,
-        base64.b64encode(raw).decode().rstrip("="),
-        base64.urlsafe_b64encode(raw).decode().rstrip("="),
-        urllib.parse.quote(value, safe=""),
-        urllib.parse.quote_plus(value),
-        binascii.hexlify(raw).decode(),
-    )
-    return tuple(dict.fromkeys(form.lower() for form in forms))
-
-
-class TrackedValues:
-    """Values to recognise if they leave again, with their encodings computed once. Bounded
-    (oldest forgotten first) so a check costs the same late in a long session as early."""
-
-    def __init__(self, limit: int = MAX_TRACKED_VALUES) -> None:
-        self.limit = limit
-        self._forms: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._forms)
-
-    def add(self, value: str) -> None:
-        if value in self._forms:
-            self._forms.move_to_end(value)
-            return
-        self._forms[value] = _encodings(value)
-        if len(self._forms) > self.limit:
-            self._forms.popitem(last=False)
-
-    def update(self, values: Iterable[str]) -> None:
-        for value in values:
-            self.add(value)
-
-    def values(self) -> list[str]:
-        """Oldest first, so that adding them back in order keeps the same ones."""
-        return list(self._forms)
-
-    def found_in(self, haystack: str) -> bool:
-        if not self._forms or not haystack:
-            return False
-        lowered = haystack.lower()
-        return any(form in lowered for forms in self._forms.values() for form in forms)
+# One worker for all big scans: however many arrive at once, at most one competes with the
+# event loop for the interpreter (the rest queue), so the loop keeps most of its time.
+_SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aap-guardian-scan")
 
 
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
@@ -210,48 +97,74 @@ def _argument_holds(condition: ArgumentMatch, arguments: dict[str, Any]) -> bool
 
 
 class _Step:
-    """One step under evaluation: its view, findings (computed once) and session facts."""
+    """One step under evaluation: its view, and what scanning it found (`prepare`, which may
+    run in a worker thread: it touches no session facts)."""
 
-    def __init__(
-        self, request: aos.AosRequest, view: StepView, facts: SessionFacts, policy: Policy
-    ) -> None:
+    def __init__(self, request: aos.AosRequest, view: StepView, policy: Policy) -> None:
         self.request = request
         self.view = view
-        self.facts = facts
         self.policy = policy
-        self._findings: list[Finding] | None = None
+        # Set from the event loop when the check's waiter gave up; read by the scan worker.
+        self.cancelled = False
+        self.findings: list[Finding] = []
         self._scans: dict[str, list[Finding]] = {}
+        # Tool arguments as they may leave (decoded forms) and the detector hits in those.
+        self.argument_forms: list[bytes] = []
+        self.argument_findings: list[Finding] = []
+        self._arguments_ready = False
+        # Fingerprints of the lines of untrusted content (the newest ones that can be kept).
+        self.line_prints: list[int] = []
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            found = self._scans[text] = scan_all(text)
+            found = self._scans[text] = scan_all(text, should_stop=self.stopped)
         return found
 
-    @property
-    def findings(self) -> list[Finding]:
-        """Detector hits in the step's content; for egress tools also URLs outside the
-        policy's allowed domains (or inside its denied ones)."""
-        if self._findings is None:
-            found = [f for text in self.view.texts for f in self.scan(text)]
-            if self.is_egress():
-                egress = self.policy.egress
-                for text in self.view.texts:
-                    found.extend(check_egress(text, egress.allow_domains, egress.deny_domains))
-            self._findings = found
-        return self._findings
+    def prepare(self, *, arguments: bool = False) -> None:
+        """Everything costly, once: detector hits in the content (for egress tools also URLs
+        outside the policy's allowed domains or inside its denied ones), the decoded forms of
+        tool arguments, fingerprints of untrusted lines. Linear in the step's content."""
+        view = self.view
+        found = [f for text in view.texts for f in self.scan(text)]
+        if self.is_egress():
+            egress = self.policy.egress
+            for text in view.texts:
+                found.extend(check_egress(text, egress.allow_domains, egress.deny_domains))
+        self.findings = found
+        if view.method in UNTRUSTED_METHODS or view.method == "steps/knowledgeRetrieval":
+            prints: dict[int, None] = {}
+            for text in view.texts:
+                prints.update(dict.fromkeys(line_prints(text)))
+            self.line_prints = list(prints)[-MAX_LINE_PRINTS:]
+        if arguments:
+            self.prepare_arguments()
 
-    @property
-    def argument_text(self) -> str:
-        return "\n".join(self.view.texts) if self.view.method == "steps/toolCallRequest" else ""
+    def prepare_arguments(self) -> None:
+        """The tool arguments as they may leave (decoded forms) and the detector hits in
+        them: only for rules that ask (`*_in_arguments`), at most once."""
+        if self._arguments_ready or self.view.method != "steps/toolCallRequest":
+            return
+        self._arguments_ready = True
+        self.argument_forms = decoded_forms("\n".join(self.view.texts))
+        plain = self.argument_forms[0]
+        self.argument_findings = [f for f in self.findings if f.category in ("pii", "secret")]
+        for form in self.argument_forms[1:]:
+            if form != plain:
+                text = form.decode("utf-8", "replace")
+                stop = self.stopped
+                self.argument_findings += scan_all(text, ("pii", "secret"), should_stop=stop)
+
+    def stopped(self) -> bool:
+        return self.cancelled
 
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
 
 
-def _matches(match: Match, step: _Step) -> bool:
-    view, facts = step.view, step.facts
+def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
+    view = step.view
     if match.method is not None and view.method not in match.method:
         return False
     if match.agent is not None and not _names_match(match.agent, view.agent):
@@ -278,13 +191,19 @@ def _matches(match: Match, step: _Step) -> bool:
                 return False
         if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
             return False
+        if (
+            session.private_data_in_arguments is not None
+            or session.untrusted_data_in_arguments is not None
+        ):
+            step.prepare_arguments()
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
-            facts.private_values.found_in(step.argument_text)
+            view.method == "steps/toolCallRequest"
+            and facts.carries_private(step.argument_findings, step.argument_forms)
         ):
             return False
         if session.untrusted_data_in_arguments is not None and (
             session.untrusted_data_in_arguments
-            != facts.untrusted_values.found_in(step.argument_text)
+            != carries_line(facts.untrusted_lines, step.argument_forms)
         ):
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
@@ -298,12 +217,14 @@ class PolicyGuardian(Guardian):
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        # Hosted sessions' facts by session id; outside callers' by (namespace, session id).
-        self._hosted: OrderedDict[str, SessionFacts] = OrderedDict()
-        self._outside: OrderedDict[tuple[str, str], SessionFacts] = OrderedDict()
+        # Hosted sessions' facts by session id (re-imported from the store when forgotten);
+        # each outside caller's apart, bounded per caller, so none can push out another's.
+        self._hosted = FactsCache(MAX_SESSIONS, MAX_HOSTED_BYTES)
+        self._outside: dict[str, FactsCache] = {}
+        self._screen = screen_for(policy)
 
     def text_screen(self) -> TextScreen:
-        return WindowScreen()
+        return self._screen()
 
     async def health(self) -> list[GuardianStatus]:
         policy = self.policy
@@ -311,7 +232,9 @@ class PolicyGuardian(Guardian):
         return [GuardianStatus(name="in-process", kind="in-process", ok=True, detail=detail)]
 
     def replace_policy(self, policy: Policy) -> None:
-        """Swap the policy (reload): checks in flight finish under the one they started with."""
+        """Swap the policy (reload): checks in flight finish under the one they started with,
+        messages being streamed keep the screen they started with."""
+        self._screen = screen_for(policy)
         self.policy = policy
 
     def export_session(self, session_id: str) -> bytes | None:
@@ -329,7 +252,15 @@ class PolicyGuardian(Guardian):
             logger.warning("unreadable guardian memory of session %s; assuming taint", session_id)
             facts = SessionFacts()
             facts.untrusted_seen = facts.changed = True
-        _remember(self._hosted, session_id, facts)
+        self._hosted.put(session_id, facts)
+
+    def _cache(self, namespace: str) -> FactsCache:
+        if not namespace:
+            return self._hosted
+        cache = self._outside.get(namespace)
+        if cache is None:
+            cache = self._outside[namespace] = FactsCache(MAX_CALLER_SESSIONS, MAX_CALLER_BYTES)
+        return cache
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         policy = self.policy
@@ -337,30 +268,34 @@ class PolicyGuardian(Guardian):
         view = view_of(request)
         # MCP and A2A params name no session: the caller's scope does (see `CheckScope`).
         session_id = (view.session_id if view.session_id is not None else scope.session_id) or ""
-        if scope.namespace:
-            facts = _facts(self._outside, (scope.namespace, session_id))
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for text in view.texts)
+        step = _Step(request, view, policy)
+        if size > policy.limits.max_scan_bytes:
+            verdict = _over_limit(policy, size)
         else:
-            facts = _facts(self._hosted, session_id)
-        step = _Step(request, view, facts, policy)
-        if step.view.turn_id is not None and step.view.turn_id != facts.turn_id:
-            facts.turn_id = step.view.turn_id
+            if size > INLINE_SCAN_BYTES:
+                await _off_the_loop(step)
+            else:
+                step.prepare()
+            verdict = None
+        cache = self._cache(scope.namespace)
+        facts = cache.facts(session_id)
+        if view.turn_id is not None and view.turn_id != facts.turn_id:
+            facts.turn_id = view.turn_id
             facts.calls_in_turn = 0
             facts.changed = True
-
-        matching = [r for r in policy.rules if r.enabled and _matches(r.match, step)]
-        verdict = self._decide(step, matching)
-        self._learn(step, verdict)
-        if policy.mode == "shadow" and verdict.decision != "allow":
-            data = {**(verdict.data or {}), "shadow": {"decision": verdict.decision}}
-            return aos.AosSuccessResult(
-                decision="allow",
-                message=f"shadow mode: would {verdict.decision}: {verdict.message}",
-                reason_code=verdict.reason_code,
-                data=data,
-            )
+        if verdict is None:
+            matching = [r for r in policy.rules if r.enabled and _matches(r.match, step, facts)]
+            verdict = self._decide(step, facts, matching)
+        self._learn(step, facts, verdict)
+        cache.resized(session_id)
+        if policy.mode == "shadow" and (verdict.decision != "allow" or verdict.data):
+            return _shadowed(verdict)
         return verdict
 
-    def _decide(self, step: _Step, matching: list[Rule]) -> aos.AosSuccessResult:
+    def _decide(
+        self, step: _Step, facts: SessionFacts, matching: list[Rule]
+    ) -> aos.AosSuccessResult:
         policy = step.policy
         base = {
             "policyHash": policy.hash,
@@ -382,7 +317,9 @@ class PolicyGuardian(Guardian):
             return aos.AosSuccessResult(
                 decision="deny", message=message, reason_code=reasons, data=data
             )
-        modified = self._apply_modifications(step, [r for r in matching if r.action == "modify"])
+        modified = self._apply_modifications(
+            step, facts, [r for r in matching if r.action == "modify"]
+        )
         if deciding.action == "require_approval":
             data["requireApproval"] = True
         if modified is not None:
@@ -397,19 +334,22 @@ class PolicyGuardian(Guardian):
             decision="allow", message=message, reason_code=reasons, data=data
         )
 
-    def _apply_modifications(self, step: _Step, rules: list[Rule]) -> aos.AosRequest | None:
+    def _apply_modifications(
+        self, step: _Step, facts: SessionFacts, rules: list[Rule]
+    ) -> aos.AosRequest | None:
         request = step.request
         for rule in rules:
             assert rule.modify is not None
             if rule.modify.redact:
-                request = rewrite(request, _redactor(rule.modify, step))
+                request = rewrite(request, _redactor(rule.modify, step, facts))
             if rule.modify.restore:
-                request = rewrite(request, _restorer(rule.modify.restore, step.facts))
+                request = rewrite(request, _restorer(rule.modify.restore, facts))
         return request if request != step.request else None
 
-    def _learn(self, step: _Step, verdict: aos.AosSuccessResult) -> None:
-        """Update the session facts after a step was judged."""
-        facts, view = step.facts, step.view
+    def _learn(self, step: _Step, facts: SessionFacts, verdict: aos.AosSuccessResult) -> None:
+        """Update the session facts after a step was judged (on the event loop: cheap, the
+        costly part was done by `prepare`)."""
+        view = step.view
         if verdict.decision == "deny":
             return
         if view.method == "steps/toolCallRequest" and view.tool is not None:
@@ -420,48 +360,81 @@ class PolicyGuardian(Guardian):
         if view.method in UNTRUSTED_METHODS:
             facts.changed = True
             facts.untrusted_seen = True
-            for text in view.texts:
-                facts.untrusted_values.update(_salient_lines(text))
+            for value in step.line_prints:
+                facts.untrusted_lines.add(value)
         if view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval":
             # Private data the agent took in (not what the user typed: sending the user's own
             # address where the user asked is no leak).
             for finding in step.findings:
-                if (
-                    finding.category in ("pii", "secret")
-                    and len(finding.value) >= MIN_TRACKED_LENGTH
-                ):
-                    facts.private_values.add(finding.value)
-        if view.method == "steps/knowledgeRetrieval":
-            for text in view.texts:
-                if "confidential" in text.lower():
-                    facts.private_values.update(_salient_lines(text))
+                if finding.category in ("pii", "secret"):
+                    facts.remember_private(finding)
+        if view.method == "steps/knowledgeRetrieval" and any(
+            "confidential" in text.lower() for text in view.texts
+        ):
+            for value in step.line_prints:
+                facts.changed |= facts.private_lines.add(value)
         if view.method == "steps/memoryContextRetrieval" and step.findings:
             facts.changed = True
 
 
-def _facts(cache: OrderedDict[_K, SessionFacts], key: _K) -> SessionFacts:
-    facts = cache.get(key)
-    if facts is None:
-        return _remember(cache, key, SessionFacts())
-    cache.move_to_end(key)
-    return facts
+async def _off_the_loop(step: _Step) -> None:
+    """`step.prepare()` in the scan worker; if the wait is cancelled (the time budget ran
+    out), the scan stops before its next detector family (or never starts)."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(_SCANNER, _prepare_quietly, step)
+    except asyncio.CancelledError:
+        step.cancelled = True
+        raise
 
 
-def _remember(cache: OrderedDict[_K, SessionFacts], key: _K, facts: SessionFacts) -> SessionFacts:
-    cache[key] = facts
-    if len(cache) > MAX_SESSIONS:
-        cache.popitem(last=False)
-    return facts
+def _prepare_quietly(step: _Step) -> None:
+    if step.cancelled:
+        return
+    with contextlib.suppress(ScanCancelled):  # nobody waits for it any more
+        step.prepare(arguments=True)
 
 
-def _redactor(modify: Modify, step: _Step) -> Callable[[str], str]:
+def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:
+    limit = policy.limits.max_scan_bytes
+    decision = policy.limits.over_limit
+    return aos.AosSuccessResult(
+        decision=decision,
+        message=f"step carries {size} bytes, over the {limit}-byte scan limit: {decision}",
+        reason_code=["limit.scan_bytes"],
+        data={"policyHash": policy.hash, "ruleId": "limits.max_scan_bytes"},
+    )
+
+
+# What a verdict's data may say in shadow mode: nothing that asks for a human or changes what
+# happens (AOM a2h fields, requireApproval) survives; what would have happened is recorded.
+_SHADOW_KEEP = frozenset({"policyHash", "findings", "ruleId"})
+
+
+def _shadowed(verdict: aos.AosSuccessResult) -> aos.AosSuccessResult:
+    """Shadow mode: the verdict is recorded, nothing is enforced (allow, no modification, no
+    request for approval)."""
+    data = {k: v for k, v in (verdict.data or {}).items() if k in _SHADOW_KEEP}
+    would = "require_approval" if (verdict.data or {}).get("requireApproval") else verdict.decision
+    if would == "allow":
+        return msgspec.structs.replace(verdict, data=data)
+    data["shadow"] = {"decision": would}
+    return aos.AosSuccessResult(
+        decision="allow",
+        message=f"shadow mode: would {would}: {verdict.message}",
+        reason_code=verdict.reason_code,
+        data=data,
+    )
+
+
+def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str], str]:
     """Replaces the findings of `modify.redact` detectors in a text, right to left."""
 
     def redact(text: str) -> str:
         hits = [f for f in step.scan(text) if _names_match(modify.redact, f.detector)]
         for finding in sorted(hits, key=lambda f: f.start, reverse=True):
             if modify.style == "placeholder":
-                new = step.facts.placeholder(finding)
+                new = facts.placeholder(finding)
             elif modify.style == "mask":
                 new = "*" * (finding.end - finding.start)
             else:
@@ -484,8 +457,3 @@ def _restorer(patterns: list[str], facts: SessionFacts) -> Callable[[str], str]:
         return text
 
     return restore
-
-
-def _salient_lines(text: str) -> set[str]:
-    """The lines of a text long enough to recognise if they leave again."""
-    return {line.strip() for line in text.splitlines() if len(line.strip()) >= 12}

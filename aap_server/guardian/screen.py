@@ -1,51 +1,187 @@
-"""Streaming agent text with a bounded hold-back window (DESIGN: guarding the stream).
+"""Streaming agent text: how much must be held back follows from the policy in force.
 
-A delta is released as soon as it cannot be the start of something sensitive: the newest
-`window` characters are always held (so a secret or an e-mail split across deltas is seen
-whole), a release never cuts a run of non-space characters (a long token is held until it
-ends), and nothing from the first detector hit on is released — that text waits for the
-whole-message check, which redacts it or refuses the message.
+`screen_for(policy)` looks at every enabled rule that can act on an agent's `steps/message`:
+
+- a `modify` rule whose rewrite only touches secret or PII findings (`modify.redact` of
+  `secret.*` / `pii.*` detectors, no `restore`) is *windowed*: its changes are confined to
+  short spans, so text is released behind a bounded window (`WindowScreen`);
+- any other rule that can refuse or change agent text (a `deny` or `modify` on anything else:
+  injection detectors, session conditions, argument conditions, restore), or a `default =
+  "deny"` that no unconditional rule overrides, needs the *whole message*: nothing is sent
+  before the message check (`HoldMessage`);
+- no such rule (or `mode = "shadow"`, which never changes anything): deltas pass at once.
+
+So a delta never carries text that the message check then refuses or rewrites. A policy
+reload applies to messages started after it.
+
+`WindowScreen` is incremental: each character is scanned a bounded number of times however
+the text is split into deltas. The newest `window` characters are always held (so a secret or
+an e-mail split across deltas is seen whole), a release never cuts a run of non-space
+characters (a long token is held until it ends), scanning waits until at least `window` new
+characters can be released, and nothing from the first finding (or `-----BEGIN`) on is
+released: that text waits for the whole-message check. Added latency: the window plus the
+token being written.
 """
 
 from __future__ import annotations
 
-from aap_server.guardian.base import TextScreen
-from aap_server.guardian.detectors import Category, scan_all
+import re
+from collections import deque
+from collections.abc import Callable
+
+from aap_server.guardian.base import HoldMessage, PassThrough, TextScreen
+from aap_server.guardian.detectors import Category
+from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors.pii import scan_pii_views
+from aap_server.guardian.detectors.secret_formats import scan_secrets_views
+from aap_server.guardian.policy import Match, Policy, Rule
 
 WINDOW = 64
 SCREENED: tuple[Category, ...] = ("secret", "pii")
+# Already released text looked at again as the context of what follows (a detector may look
+# this far back: `SSN` before a number, a secret's name before its value).
+LOOKBEHIND = 64
 # The openings of multi-line secrets, held from where they start until the message check.
 _OPENINGS = ("-----BEGIN",)
+_SPACE = re.compile(r"[ \n\t\r]")
+_WINDOWED_CATEGORIES = {"secret": scan_secrets_views, "pii": scan_pii_views}
 
 
 class WindowScreen(TextScreen):
     def __init__(self, window: int = WINDOW, categories: tuple[Category, ...] = SCREENED) -> None:
         self.window = window
-        self.categories = list(categories)
-        self._held = ""
-        # Once a hit is held, everything after it waits for the message check.
+        self.scanners = [_WINDOWED_CATEGORIES[c] for c in categories if c in _WINDOWED_CATEGORIES]
+        # The text from `_base` on (the last LOOKBEHIND released characters and all held
+        # ones); deltas not yet joined wait in `_pieces`, so a delta costs O(its length).
+        self._tail = ""
+        self._base = 0
+        self._pieces: list[str] = []
+        self._length = 0
+        self._released = 0
+        # Positions of spaces after the released mark, oldest first.
+        self._spaces: deque[int] = deque()
+        # Once a finding is held, everything after it waits for the message check.
         self._stopped = False
+        self.scanned_chars = 0  # work done, for tests and benchmarks
 
     def feed(self, delta: str) -> str:
-        self._held += delta
-        if self._stopped:
+        if not delta or self._stopped:
+            self._pieces.append(delta)
+            self._length += len(delta)
             return ""
-        text = self._held
-        cut = len(text) - self.window
-        if cut <= 0:
+        offset = self._length
+        self._pieces.append(delta)
+        self._length += len(delta)
+        self._spaces.extend(offset + m.start() for m in _SPACE.finditer(delta))
+        limit = self._length - self.window
+        # The last space at or before the limit (never split a token), found in amortised
+        # O(1): spaces the limit has passed are dropped.
+        spaces = self._spaces
+        while len(spaces) > 1 and spaces[1] <= limit:
+            spaces.popleft()
+        if not spaces or spaces[0] > limit or spaces[0] + 1 - self._released < self.window:
             return ""
-        # Back to the last whitespace at or before the cut: never split a token.
-        space = max(text.rfind(" ", 0, cut + 1), text.rfind("\n", 0, cut + 1))
-        cut = space + 1 if space >= 0 else 0
-        hits = scan_all(text, self.categories)
-        starts = [f.start for f in hits]
-        starts.extend(i for i in (text.find(o) for o in _OPENINGS) if i >= 0)
-        if starts:
-            cut = min(cut, *starts)
+        cut = spaces.popleft() + 1
+        text = self._joined()
+        stop = self._first_hold(text, cut)
+        if stop is not None:
+            cut = stop
             self._stopped = True
-        released, self._held = text[:cut], text[cut:]
+        released = text[self._released - self._base : cut - self._base]
+        self._released = cut
+        keep = max(self._base, cut - LOOKBEHIND)
+        self._tail, self._base = text[keep - self._base :], keep
         return released
 
+    def _joined(self) -> str:
+        if self._pieces:
+            self._tail += "".join(self._pieces)
+            self._pieces = []
+        return self._tail
+
+    def _first_hold(self, text: str, cut: int) -> int | None:
+        """Where the first finding or secret opening at or after the released mark starts
+        (absolute), if before `cut`. `text` is the tail, starting at `_base`."""
+        base, released = self._base, self._released
+        first: int | None = None
+        for opening in _OPENINGS:
+            at = text.find(opening, released - base)
+            if at != -1 and at + base < cut:
+                first = at + base
+        views = TextViews(text)
+        self.scanned_chars += len(text)
+        for scan in self.scanners:
+            for finding in scan(views):
+                start, end = finding.start + base, finding.end + base
+                if end > released and start < cut:
+                    start = max(start, released)
+                    first = start if first is None else min(first, start)
+        return first
+
     def flush(self) -> str:
-        held, self._held = self._held, ""
+        text = self._joined()
+        held = text[self._released - self._base :]
+        self._released = self._length
+        self._tail, self._base = "", self._length
         return held
+
+
+def _can_reach_agent_text(match: Match) -> bool:
+    """Whether a rule's match can hold for an agent's `steps/message` (the facts a message
+    step has: method, role, no tool, no arguments)."""
+    if match.method is not None and "steps/message" not in match.method:
+        return False
+    if match.role is not None and "agent" not in match.role:
+        return False
+    if match.tool is not None or match.egress is True:
+        return False
+    return all(condition.exists is False for condition in match.arguments or [])
+
+
+def _unconditional(rule: Rule) -> bool:
+    """Whether the rule matches every agent message whatever its text and the session."""
+    match = rule.match
+    return (
+        _can_reach_agent_text(match)
+        and match.agent is None
+        and match.detectors is None
+        and match.session is None
+    )
+
+
+def _windowed_categories(rule: Rule) -> tuple[Category, ...] | None:
+    """The detector families whose spans hold all a `modify` rule can change, or None if it
+    may change text anywhere (or is not a modify rule)."""
+    modify = rule.modify
+    if rule.action != "modify" or modify is None or modify.restore:
+        return None
+    found: set[str] = set()
+    for pattern in modify.redact:
+        family = pattern.split(".", 1)[0]
+        if family not in SCREENED:
+            return None  # `*`, `injection.*`, ...: not confined to short spans
+        found.add(family)
+    return tuple(c for c in SCREENED if c in found)
+
+
+def screen_for(policy: Policy) -> Callable[[], TextScreen]:
+    """A maker of one text screen per streamed message, as the policy requires."""
+    if policy.mode == "shadow":
+        return PassThrough
+    rules = [r for r in policy.rules if r.enabled and _can_reach_agent_text(r.match)]
+    if policy.default == "deny" and not any(
+        _unconditional(r) and r.action in ("allow", "require_approval", "modify") for r in rules
+    ):
+        return HoldMessage
+    categories: set[Category] = set()
+    for rule in rules:
+        if rule.action in ("allow", "require_approval"):
+            continue  # neither refuses nor changes agent text (modifications come from modify)
+        windowed = _windowed_categories(rule)
+        if windowed is None:
+            return HoldMessage
+        categories.update(windowed)
+    if not categories:
+        return PassThrough
+    chosen = tuple(c for c in SCREENED if c in categories)
+    return lambda: WindowScreen(categories=chosen)

@@ -9,6 +9,7 @@ import pytest
 
 from aap_server import aos
 from aap_server.guardian import CheckScope, check_scope, policy_guardian
+from aap_server.guardian import memory as guardian_memory
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.guardian.test_policy import PLACEHOLDERS, confidential_note, steps, text_of
@@ -98,16 +99,99 @@ async def test_callers_in_other_namespaces_cannot_touch_a_sessions_memory() -> N
 async def test_outside_callers_cannot_push_a_hosted_session_out_of_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(policy_guardian, "MAX_SESSIONS", 3)
+    monkeypatch.setattr(policy_guardian, "MAX_CALLER_SESSIONS", 3)
     guardian = PolicyGuardian(default_policy())
     await guardian.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
     token = check_scope.set(CheckScope(namespace="aos:acme:mallory"))
     try:
-        for number in range(10):  # more sessions than the cache holds
+        for number in range(10):  # more sessions than the caller's cache holds
             await guardian.check(steps(f"sess_flood_{number}").message("user", "hi"))
     finally:
         check_scope.reset(token)
     assert (await guardian.check(leak())).decision == "deny"
+
+
+async def test_one_caller_cannot_evict_another_callers_taint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(policy_guardian, "MAX_CALLER_SESSIONS", 3)
+    guardian = PolicyGuardian(default_policy())
+
+    async def as_caller(namespace: str, request: aos.AosRequest) -> str:
+        token = check_scope.set(CheckScope(namespace=namespace))
+        try:
+            return (await guardian.check(request)).decision
+        finally:
+            check_scope.reset(token)
+
+    await as_caller("aos:acme:alice", steps().knowledge_retrieval("p", None, confidential_note()))
+    for number in range(50):
+        await as_caller("aos:acme:bob", steps(f"sess_bob_{number}").message("user", "hi"))
+    assert await as_caller("aos:acme:alice", leak()) == "deny"
+
+
+async def test_a_callers_memory_is_capped_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policy_guardian, "MAX_CALLER_BYTES", 64 * 1024)
+    guardian = PolicyGuardian(default_policy())
+    token = check_scope.set(CheckScope(namespace="aos:acme:bob"))
+    try:
+        for number in range(40):
+            lines = "\n".join(f"{i:05d}-{number:03d} untrusted line with words" for i in range(400))
+            result = steps(f"sess_{number}").tool_call_result("c1", lines, False)
+            await guardian.check(result)
+        cache = guardian._outside["aos:acme:bob"]
+        assert cache.bytes <= 64 * 1024
+        assert 0 < len(cache) < 40
+    finally:
+        check_scope.reset(token)
+
+
+async def test_memory_keeps_fingerprints_not_texts_and_stays_bounded() -> None:
+    guardian = PolicyGuardian(default_policy())
+    secret_line = "the launch code is 7781-PURPLE-HORIZON for tonight"
+    big = "\n".join(
+        [secret_line] + [f"filler line number {i:06d} of the page" for i in range(20_000)]
+    )
+    await guardian.check(steps().tool_call_result("c1", big, False))
+    memory = guardian.export_session("sess_1")
+    assert memory is not None
+    assert b"PURPLE" not in memory
+    assert b"filler" not in memory
+    assert len(memory) < guardian_memory.MAX_SESSION_BYTES
+    assert len(memory) < len(big) / 10
+
+
+async def test_untrusted_lines_are_recognised_encoded_in_later_arguments() -> None:
+    import base64
+
+    text = """
+version = 1
+[[rules]]
+id = "no-untrusted-out"
+action = "deny"
+reason_code = "x"
+match.method = ["steps/toolCallRequest"]
+match.session.untrusted_data_in_arguments = true
+"""
+    guardian = PolicyGuardian(parse_policy(text.encode()))
+    line = "Quarterly numbers: revenue 4.2M, churn 3%"
+    await guardian.check(steps().tool_call_result("c1", f"intro\n{line}\nend", False))
+    for body in (line, base64.b64encode(line.encode()).decode(), line.encode().hex()):
+        request = steps().tool_call_request("c2", "post_it", {"body": f"see {body}"})
+        assert (await guardian.check(request)).decision == "deny", body
+    clean = steps().tool_call_request("c3", "post_it", {"body": "nothing from there"})
+    assert (await guardian.check(clean)).decision == "allow"
+
+
+async def test_placeholders_are_bounded_and_still_redact(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guardian_memory, "MAX_PLACEHOLDERS", 3)
+    guardian = PolicyGuardian(parse_policy(PLACEHOLDERS.encode()))
+    addresses = ", ".join(f"user{i}@example.com" for i in range(5))
+    verdict = await guardian.check(steps().message("user", addresses))
+    redacted = text_of(verdict.modified_request)
+    assert "@example.com" not in redacted
+    assert redacted.count("<EMAIL_") == 3
+    assert redacted.count("<EMAIL>") == 2
 
 
 def test_unreadable_memory_is_taken_as_tainted() -> None:
@@ -115,4 +199,4 @@ def test_unreadable_memory_is_taken_as_tainted() -> None:
     guardian.import_session("sess_1", b"not what was exported")
     memory = guardian.export_session("sess_1")
     assert memory is not None
-    assert msgspec.json.decode(memory, type=policy_guardian.SessionMemory).untrusted_seen is True
+    assert msgspec.json.decode(memory, type=guardian_memory.SessionMemory).untrusted_seen is True

@@ -181,7 +181,7 @@ _BARE_TLDS_WORDS = (
 
 _BARE_TLDS = frozenset(_BARE_TLDS_WORDS.split())
 _BARE_SHAPES = (re.compile(rb"a\.aa"), re.compile(rb"0\.aa"))
-_HOST_LEFT = re.compile(r"[A-Za-z0-9.-]*\Z")
+_HOST_CHARS = re.compile(r"[A-Za-z0-9.-]*")
 _BARE_HOST = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})\.?(?![A-Za-z0-9-])"
     r"(?::\d{1,5})?(?:[/?#][^\s<>\"'`]*)?"
@@ -236,8 +236,13 @@ def find_urls(text: str) -> list[UrlMatch]:
     shape = text.encode("ascii", "replace").translate(_SHAPE)
     for pattern in _BARE_SHAPES:
         for cand in pattern.finditer(shape):
-            left = _HOST_LEFT.search(text, max(0, cand.start() - 253), cand.start())
-            start = left.start() if left else cand.start()
+            if taken.overlaps(cand.start(), cand.start() + 1):
+                continue  # inside a host or URL already found
+            # The host's left edge, matched on the reversed stretch before the candidate (a
+            # `[...]*\Z` search would retry from every position of the window).
+            low = max(0, cand.start() - 253)
+            left = _HOST_CHARS.match(text[low : cand.start()][::-1])
+            start = cand.start() - (left.end() if left else 0)
             while start < cand.start() and text[start] in ".-":
                 start += 1
             if taken.overlaps(start, start + 1):

@@ -268,7 +268,6 @@ _B64_TEXT_LEAD = frozenset("CIJKLMNOPQRSTUVWXYZabcdef")  # 1st char of each base
 _HEX_TEXT = re.compile(r"(?:[2-7][0-9a-fA-F]|0[9aAdD])+")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _NON_SPACE = re.compile(r"\S*")
-_NON_SPACE_LEFT = re.compile(r"\S*\Z")
 _ESCAPES = re.compile(r"(?:\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})){4,}")
 _ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4}))")
 _ENTITIES = re.compile(r"(?:&#(?:x[0-9a-fA-F]{1,6}|[0-9]{1,7});){4,}")
@@ -318,8 +317,11 @@ def _encoded(v: TextViews, depth: int = 0) -> list[Finding]:
         for m in _PERCENT.finditer(text):
             if m.start() < seen_end:
                 continue
-            left = _NON_SPACE_LEFT.search(text, max(0, m.start() - 4096), m.start())
-            start = left.start() if left else m.start()
+            # Back to the space before the run (rfind is C-speed; a `\S*\Z` search would
+            # retry from every position of the 4 KB window).
+            low = max(0, m.start() - 4096)
+            start = max(text.rfind(ch, low, m.start()) for ch in " \n\t\r") + 1
+            start = max(start, low)
             right = _NON_SPACE.match(text, m.end())
             stop = right.end() if right else m.end()
             seen_end = stop

@@ -79,6 +79,8 @@ _FILE_EXTENSIONS_WORDS = (
 )
 
 _FILE_EXTENSIONS = frozenset(_FILE_EXTENSIONS_WORDS.split())
+# How far back from an `@` a `scheme://` makes it URL userinfo rather than an e-mail.
+_URL_LOOKBACK = 2048
 
 
 def _emails(v: TextViews) -> list[Finding]:
@@ -100,8 +102,11 @@ def _emails(v: TextViews) -> list[Finding]:
                 ok = False
             # `scheme://user:password@host` is URL userinfo (the secret detectors own it).
             if ok and start > 0 and text[start - 1] in ":/":
-                line_start = max(text.rfind(" ", 0, start), text.rfind("\n", 0, start)) + 1
-                ok = "://" not in text[line_start:start]
+                # Only the nearest stretch is looked at, so a long run without spaces costs
+                # the same at each `@` (a longer "URL" is taken as an e-mail: reported, safe).
+                low = max(0, start - _URL_LOOKBACK)
+                line_start = max(text.rfind(" ", low, start), text.rfind("\n", low, start)) + 1
+                ok = "://" not in text[max(low, line_start) : start]
             if ok:
                 out.append(_hit("pii.email", text, start, end))
                 nxt = end

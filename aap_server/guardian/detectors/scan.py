@@ -79,21 +79,29 @@ def resolve_overlaps(findings: Iterable[Finding]) -> list[Finding]:
     return kept
 
 
+class ScanCancelled(Exception):
+    """`should_stop` said so between two detector families."""
+
+
 def scan_all(
     text: str,
     categories: Iterable[Category] | None = None,
     *,
     allow: Sequence[str] | None = None,
     deny: Sequence[str] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[Finding]:
     """All findings of the given categories (default: PII, secrets and injection; egress too
-    when `allow` or `deny` is given), overlaps resolved, in text order."""
+    when `allow` or `deny` is given), overlaps resolved, in text order. `should_stop` is asked
+    before each family (a scan whose waiter gave up stops early: `ScanCancelled`)."""
     wanted = tuple(categories) if categories is not None else _TEXT_CATEGORIES
     views = TextViews(text)
     found: list[Finding] = []
     for category in wanted:
         family = _FAMILIES.get(category)
         if family is not None:
+            if should_stop is not None and should_stop():
+                raise ScanCancelled
             found += family(views)
     if (categories is None or "egress" in wanted) and (allow is not None or deny):
         found += check_egress(text, allow, deny)

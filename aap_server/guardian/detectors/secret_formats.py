@@ -36,6 +36,7 @@ import base64
 import binascii
 import math
 import re
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -413,12 +414,15 @@ _HOOK_HOSTS = (
     "canary.discord",
 )
 _AUTHORITY_BREAK = re.compile(r"[\s/?#\"'<>]")
+_MAX_URL_REST = 2048
 
 
 def _urls(text: str, out: list[Finding]) -> None:
     pos = text.find("://")
     while pos != -1:
         after = pos + 3
+        following = text.find("://", after)
+        bound = min(after + _MAX_URL_REST, following if following != -1 else len(text))
         hook = None
         if text.startswith(_HOOK_HOSTS, after):
             hook = _SLACK_WEBHOOK.match(text, after) or _DISCORD_WEBHOOK.match(text, after)
@@ -439,29 +443,45 @@ def _urls(text: str, out: list[Finding]) -> None:
                 and cred.group(2)
                 and not _PLACEHOLDER_PASSWORD.fullmatch(cred.group(2))
             ):
-                rest = _URL_REST.match(text, cred.end())
+                # The path and query, up to a bound: a run without spaces must not be read
+                # to its end at every URL in it (the credentials are before it anyway).
+                rest = _URL_REST.match(text, cred.end(), max(cred.end(), bound))
                 end = rest.end() if rest else cred.end()
                 while end > cred.end() and text[end - 1] in _TRAILING_PUNCT:
                     end -= 1
                 base = scheme.group().lower().split("+", 1)[0]
                 kind = "database_url" if base in _DB_SCHEMES else "url_password"
                 out.append(_secret(f"secret.{kind}", text, start, end))
-        pos = text.find("://", after)
+        pos = following
 
 
 _KEY_BEGIN = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----")
 _KEY_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 _KEY_BODY = re.compile(r"(?:[A-Za-z0-9+/=:,\-\s]|\\n)*")
+# The longest key block looked for (an 8192-bit RSA key in PEM is about 6.5 KB).
+_MAX_KEY_BLOCK = 20_000
 
 
 def _private_keys(text: str, out: list[Finding]) -> None:
-    for begin in _KEY_BEGIN.finditer(text):
-        end_match = _KEY_END.search(text, begin.end(), begin.end() + 20_000)
-        if end_match is not None:
-            end = end_match.end()
+    """Key blocks from `BEGIN` to their `END`, or, unterminated, to the end of the body.
+    Each block is looked for only up to the next `BEGIN` (and at most `_MAX_KEY_BLOCK`), so
+    every character is read a bounded number of times however many `BEGIN` lines there are."""
+    begins = list(_KEY_BEGIN.finditer(text))
+    ends = [m.span() for m in _KEY_END.finditer(text)]
+    ends_at = [start for start, _ in ends]
+    for index, begin in enumerate(begins):
+        limit = begin.end() + _MAX_KEY_BLOCK
+        if index + 1 < len(begins):
+            limit = min(limit, begins[index + 1].start())
+        limit = min(limit, len(text))
+        i = bisect_left(ends_at, begin.end())
+        if i < len(ends) and ends[i][1] <= limit:
+            end = ends[i][1]
         else:
-            body = _KEY_BODY.match(text, begin.end())
-            end = len(text[: body.end()].rstrip()) if body else begin.end()
+            body = _KEY_BODY.match(text, begin.end(), limit)
+            end = (
+                begin.end() + len(text[begin.end() : body.end()].rstrip()) if body else begin.end()
+            )
         out.append(_secret("secret.private_key", text, begin.start(), end))
 
 

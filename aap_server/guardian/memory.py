@@ -1,0 +1,329 @@
+"""What the policy guardian remembers of a session, in bounded space.
+
+Per session: tool-call counts, whether untrusted content came in, fingerprints of what it
+carried (to recognise it leaving again in a tool's arguments, also base64-, URL- or
+hex-encoded) and the placeholders handed out. Texts are never kept whole:
+
+- an untrusted or confidential line of 16+ characters is remembered as a 64-bit hash of its
+  first 16 bytes (lower-cased UTF-8), at most `MAX_LINE_PRINTS` per session (oldest
+  forgotten first): it is recognised when those 16 bytes occur in a later tool argument;
+- a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
+  of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
+  every later tool argument counts as carrying private data (fail closed: a flood of values
+  cannot wash out the ones that matter);
+- at most `MAX_PLACEHOLDERS` placeholders of values up to `MAX_PLACEHOLDER_VALUE` bytes;
+  beyond either, a value is still redacted, with a placeholder that cannot be restored
+  (`<EMAIL>`): nothing leaks, only `modify.restore` no longer applies to it.
+
+So a session's memory (and its stored export) stays under about `MAX_SESSION_BYTES`, and a
+step's cost does not grow with the session's past. Caches are kept per `POST /aos` caller
+(see `FactsCache`), so no caller can push out another's state.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import re
+import urllib.parse
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from aap_server.guardian.detectors import Finding
+
+# A line shorter than this is too common to recognise as coming from somewhere; longer ones
+# are recognised by this many bytes from their start.
+PRINT_BYTES = 16
+# Private values shorter than this are too common to track as leaks.
+MIN_TRACKED_LENGTH = 6
+MAX_LINE_PRINTS = 4096
+MAX_PRIVATE_PRINTS = 1024
+MAX_PLACEHOLDERS = 1024
+MAX_PLACEHOLDER_VALUE = 512
+# Fingerprints are 8 bytes, placeholders at most their value plus a short name.
+MAX_SESSION_BYTES = (
+    8 * (2 * MAX_LINE_PRINTS + MAX_PRIVATE_PRINTS)
+    + MAX_PLACEHOLDERS * (MAX_PLACEHOLDER_VALUE + 64)
+    + 16_384
+)
+
+
+def fingerprint(data: bytes) -> int:
+    """A stable 64-bit hash (two C-speed checksums: cheap enough to take at every offset of
+    a tool argument)."""
+    return (zlib.crc32(data) << 32) | zlib.adler32(data)
+
+
+def line_prints(text: str) -> Iterator[int]:
+    """Fingerprints of the lines of a text that are long enough to recognise."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        data = stripped.lower().encode()
+        if len(data) >= PRINT_BYTES:
+            yield fingerprint(data[:PRINT_BYTES])
+
+
+class Prints:
+    """A bounded set of fingerprints, oldest forgotten first (`saturated` once one was)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._prints: OrderedDict[int, None] = OrderedDict()
+        self.saturated = False
+
+    def __len__(self) -> int:
+        return len(self._prints)
+
+    def __contains__(self, value: int) -> bool:
+        return value in self._prints
+
+    def add(self, value: int) -> bool:
+        """Remember `value`; whether it was new."""
+        if value in self._prints:
+            self._prints.move_to_end(value)
+            return False
+        self._prints[value] = None
+        if len(self._prints) > self.limit:
+            self._prints.popitem(last=False)
+            self.saturated = True
+        return True
+
+    def values(self) -> list[int]:
+        """Oldest first, so that adding them back in order keeps the same ones."""
+        return list(self._prints)
+
+
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+_HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){8,}")
+
+
+def decoded_forms(text: str) -> list[bytes]:
+    """The text as UTF-8 and what its encoded parts decode to (URL encoding, base64 and hex
+    runs): the forms a value may take on the way out, lower-cased."""
+    forms = [text.lower().encode()]
+    if "%" in text or "+" in text:
+        unquoted = urllib.parse.unquote_plus(text)
+        if unquoted != text:
+            forms.append(unquoted.lower().encode())
+    for run in _B64_RUN.findall(text):
+        body = run.rstrip("=")
+        body += "=" * (-len(body) % 4)
+        with contextlib.suppress(binascii.Error, ValueError):
+            forms.append(base64.b64decode(body.replace("-", "+").replace("_", "/")).lower())
+    for run in _HEX_RUN.findall(text):
+        forms.append(bytes.fromhex(run).lower())
+    return forms
+
+
+def carries_line(prints: Prints, forms: Iterable[bytes]) -> bool:
+    """Whether a remembered line's fingerprint occurs anywhere in the forms: one hash per
+    offset, so the cost is linear in the text."""
+    if not len(prints):
+        return False
+    size = PRINT_BYTES
+    return any(
+        fingerprint(data[i : i + size]) in prints
+        for data in forms
+        for i in range(len(data) - size + 1)
+    )
+
+
+class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """`SessionFacts` as stored."""
+
+    turn_id: str | None
+    calls_in_turn: int
+    calls_in_session: int
+    calls_by_tool: dict[str, int]
+    untrusted_seen: bool
+    untrusted_lines: list[int] = []
+    private_lines: list[int] = []
+    private_prints: list[int] = []
+    private_saturated: bool = False
+    # Written by earlier versions (whole texts): taken in as fingerprints.
+    untrusted_values: list[str] = []
+    private_values: list[str] = []
+    originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
+    counters: dict[str, int] = {}
+
+
+_memory_encoder = msgspec.json.Encoder()
+_memory_decoder = msgspec.json.Decoder(SessionMemory)
+
+
+class SessionFacts:
+    """What the guardian has seen of one session."""
+
+    def __init__(self) -> None:
+        self.changed = False  # since the last export
+        self.turn_id: str | None = None
+        self.calls_in_turn = 0
+        self.calls_in_session = 0
+        self.calls_by_tool: dict[str, int] = {}
+        self.untrusted_seen = False
+        self.untrusted_lines = Prints(MAX_LINE_PRINTS)
+        self.private_lines = Prints(MAX_LINE_PRINTS)
+        self.private_values = Prints(MAX_PRIVATE_PRINTS)
+        self.placeholders: dict[str, str] = {}  # real value -> placeholder
+        self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
+        self.counters: dict[str, int] = {}
+        self._placeholder_bytes = 0
+
+    @property
+    def private_saturated(self) -> bool:
+        return self.private_values.saturated or self.private_lines.saturated
+
+    def remember_private(self, finding: Finding) -> None:
+        if len(finding.value) >= MIN_TRACKED_LENGTH:
+            self.changed |= self.private_values.add(fingerprint(finding.value.lower().encode()))
+
+    def carries_private(self, findings: Iterable[Finding], forms: list[bytes]) -> bool:
+        """Whether a tool call's arguments carry a private value (a detector hit seen before,
+        `findings` being the hits in the arguments and their decoded forms) or a confidential
+        line; always true once the session remembered more than it can hold."""
+        if self.private_saturated:
+            return True
+        if any(fingerprint(f.value.lower().encode()) in self.private_values for f in findings):
+            return True
+        return carries_line(self.private_lines, forms)
+
+    def placeholder(self, finding: Finding) -> str:
+        known = self.placeholders.get(finding.value)
+        if known is not None:
+            return known
+        kind = finding.detector.rsplit(".", 1)[-1].upper()
+        if (
+            len(self.originals) >= MAX_PLACEHOLDERS
+            or len(finding.value.encode()) > MAX_PLACEHOLDER_VALUE
+        ):
+            return f"<{kind}>"  # redacted all the same; only restoring it is given up
+        self.counters[kind] = self.counters.get(kind, 0) + 1
+        placeholder = f"<{kind}_{self.counters[kind]}>"
+        self.placeholders[finding.value] = placeholder
+        self.originals[placeholder] = (finding.detector, finding.value)
+        self._placeholder_bytes += len(finding.value) + len(placeholder) + 16
+        self.changed = True
+        return placeholder
+
+    def size(self) -> int:
+        """About how many bytes this session's memory takes (what the caches count)."""
+        return (
+            256
+            + 8 * (len(self.untrusted_lines) + len(self.private_lines) + len(self.private_values))
+            + self._placeholder_bytes
+        )
+
+    def export(self) -> bytes:
+        self.changed = False
+        return _memory_encoder.encode(
+            SessionMemory(
+                turn_id=self.turn_id,
+                calls_in_turn=self.calls_in_turn,
+                calls_in_session=self.calls_in_session,
+                calls_by_tool=self.calls_by_tool,
+                untrusted_seen=self.untrusted_seen,
+                untrusted_lines=self.untrusted_lines.values(),
+                private_lines=self.private_lines.values(),
+                private_prints=self.private_values.values(),
+                private_saturated=self.private_saturated,
+                originals=self.originals,
+                counters=self.counters,
+            )
+        )
+
+    @classmethod
+    def from_export(cls, memory: bytes) -> SessionFacts:
+        stored = _memory_decoder.decode(memory)
+        facts = cls()
+        facts.turn_id = stored.turn_id
+        facts.calls_in_turn = stored.calls_in_turn
+        facts.calls_in_session = stored.calls_in_session
+        facts.calls_by_tool = dict(stored.calls_by_tool)
+        facts.untrusted_seen = stored.untrusted_seen
+        for prints, values in (
+            (facts.untrusted_lines, stored.untrusted_lines),
+            (facts.private_lines, stored.private_lines),
+            (facts.private_values, stored.private_prints),
+        ):
+            for value in values:
+                prints.add(value)
+        for text in stored.untrusted_values:
+            for value in line_prints(text):
+                facts.untrusted_lines.add(value)
+        for text in stored.private_values:
+            facts.private_values.add(fingerprint(text.lower().encode()))
+            for value in line_prints(text):
+                facts.private_lines.add(value)
+        facts.private_values.saturated |= stored.private_saturated
+        facts.originals = dict(stored.originals)
+        facts.placeholders = {value: p for p, (_, value) in facts.originals.items()}
+        facts._placeholder_bytes = sum(
+            len(v) + len(p) + 16 for p, (_, v) in facts.originals.items()
+        )
+        facts.counters = dict(stored.counters)
+        return facts
+
+
+# How many hosted sessions' facts, and how many bytes of them, are kept in memory (least
+# recently used are forgotten first; they are re-imported from the store when needed).
+MAX_SESSIONS = 10_000
+MAX_HOSTED_BYTES = 256 * 1024 * 1024
+# Per `POST /aos` caller: how many of its sessions, and how many bytes of their memory, are
+# kept (its least recently used sessions are forgotten first; never another caller's).
+MAX_CALLER_SESSIONS = 1_000
+MAX_CALLER_BYTES = 16 * 1024 * 1024
+
+
+class FactsCache:
+    """Session facts by session id, bounded in count and (approximate) bytes, least recently
+    used forgotten first. Sizes are accounted as steps change them (`resized`), so keeping
+    the cap costs a step O(1), not O(sessions)."""
+
+    def __init__(self, max_sessions: int, max_bytes: int | None = None) -> None:
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self._facts: OrderedDict[str, SessionFacts] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self.bytes = 0
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._facts
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def get(self, session_id: str) -> SessionFacts | None:
+        return self._facts.get(session_id)
+
+    def facts(self, session_id: str) -> SessionFacts:
+        facts = self._facts.get(session_id)
+        if facts is None:
+            return self.put(session_id, SessionFacts())
+        self._facts.move_to_end(session_id)
+        return facts
+
+    def put(self, session_id: str, facts: SessionFacts) -> SessionFacts:
+        self._facts[session_id] = facts
+        self._facts.move_to_end(session_id)
+        self.resized(session_id)
+        return facts
+
+    def resized(self, session_id: str) -> None:
+        """Account a session's current size, then forget least recently used sessions until
+        the caps hold (never the one just used)."""
+        facts = self._facts.get(session_id)
+        if facts is None:
+            return
+        size = facts.size()
+        self.bytes += size - self._sizes.get(session_id, 0)
+        self._sizes[session_id] = size
+        while len(self._facts) > 1 and (
+            len(self._facts) > self.max_sessions
+            or (self.max_bytes is not None and self.bytes > self.max_bytes)
+        ):
+            dropped, _ = self._facts.popitem(last=False)
+            self.bytes -= self._sizes.pop(dropped)

@@ -1,0 +1,116 @@
+"""Linear, bounded, off the loop (issue 7, item 1): every detector and the stream screen do
+work linear in their input on pathological texts, a step's scan is capped, a big step is
+scanned off the event loop, and the time budget really ends a check."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from aap_server.guardian import FailClosed
+from aap_server.guardian.detectors import check_egress, scan_all
+from aap_server.guardian.policy import default_policy, parse_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.guardian.screen import WindowScreen
+from tests.guardian.test_policy import steps
+
+# Repeated units that once made a detector rescan to the end of the text (or a long window)
+# at every occurrence, and near-misses of each detector family.
+PATHOLOGICAL = {
+    "key openings": "-----BEGIN PRIVATE KEY-----\n",
+    "rsa key openings": "-----BEGIN RSA PRIVATE KEY-----\nabc ",
+    "url userinfo without spaces": "x://a:b@c.de/",
+    "percent runs": "%41 ",
+    "bare host after a long word": "x" * 250 + " a.aa",
+    "e-mail domains": "x@" + "aa." * 30 + "a1 ",
+    "schemes": "a://",
+    "no whitespace": "a",
+    "base64 pieces": "QUFBQUFBQUFB",
+    "override phrases": "ignore previous ",
+    "role markup": "<system",
+    "hidden characters": "a\u200b",
+    "card groups": "4111 1111 ",
+    "dotted quads": "1.1.1.1 ",
+    "ipv6 seeds": "1:1:1:1:",
+}
+
+
+def _cpu(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        scan_all(text)
+        check_egress(text, ["a.com"], ["b.com"])
+        best = min(best, time.process_time() - started)
+    return best
+
+
+@pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
+def test_detectors_are_linear_on_pathological_input(name: str) -> None:
+    unit = PATHOLOGICAL[name]
+    small = unit * (20_000 // len(unit))
+    large = unit * (200_000 // len(unit))
+    ratio = _cpu(large) / max(_cpu(small), 1e-4)
+    # Linear: ~10; quadratic: ~100.
+    assert ratio < 30, f"{name}: 10x the input cost {ratio:.0f}x the CPU time"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a" * 400_000, "abc " * 100_000, "bob@example.com " * 25_000, "-----BEGIN x\n" * 30_000],
+)
+def test_the_stream_screen_scans_each_character_a_bounded_number_of_times(text: str) -> None:
+    screen = WindowScreen()
+    sent = [screen.feed(text[i : i + 4]) for i in range(0, len(text), 4)]
+    sent.append(screen.flush())
+    assert "".join(sent) == text
+    assert screen.scanned_chars <= 4 * len(text)
+
+
+async def test_a_step_over_the_scan_limit_is_denied_by_default() -> None:
+    guardian = PolicyGuardian(default_policy())
+    big = "word " * (1024 * 1024 // 5 + 1)
+    verdict = await guardian.check(steps().tool_call_result("c1", big, False))
+    assert verdict.decision == "deny"
+    assert verdict.reason_code == ["limit.scan_bytes"]
+    just_under = "word " * (1024 * 1024 // 5 - 10)
+    verdict = await guardian.check(steps().tool_call_result("c2", just_under, False))
+    assert verdict.decision == "allow"
+
+
+async def test_the_scan_limit_and_its_action_are_settings() -> None:
+    policy = parse_policy(b'version = 1\n[limits]\nmax_scan_bytes = 100\nover_limit = "allow"\n')
+    guardian = PolicyGuardian(policy)
+    verdict = await guardian.check(steps().tool_call_result("c1", "x" * 101, False))
+    assert verdict.decision == "allow"
+    assert verdict.reason_code == ["limit.scan_bytes"]
+    # Let through unscanned, it still counts as untrusted input.
+    memory = guardian.export_session("sess_1")
+    assert memory is not None
+    assert b'"untrusted_seen":true' in memory
+
+
+async def test_the_time_budget_ends_a_pathological_check_with_guardian_timeout() -> None:
+    guardian = FailClosed(PolicyGuardian(default_policy()), timeout_seconds=0.05)
+    text = "aa." * 300_000  # ~900 KB: seconds of scanning, under the scan limit
+    verdict = await guardian.check(steps().tool_call_result("c1", text, False))
+    assert verdict.decision == "deny"
+    assert verdict.reason_code == ["guardian.timeout"]
+
+
+async def test_a_big_step_leaves_the_event_loop_free() -> None:
+    guardian = PolicyGuardian(default_policy())
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await guardian.check(steps().tool_call_result("c1", "aa." * 100_000, False))
+    task.cancel()
+    assert ticks > 1  # other tasks ran while the step was scanned
