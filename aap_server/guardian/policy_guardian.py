@@ -49,6 +49,7 @@ from aap_server.guardian.policy import (
     Policy,
     Rule,
 )
+from aap_server.guardian.provenance import Call, ToolFacts, call_of, tool_facts
 from aap_server.guardian.screen import screen_for
 
 logger = logging.getLogger("aap_server.guardian")
@@ -114,6 +115,8 @@ class _Step:
         self._arguments_ready = False
         # Fingerprints of the lines of untrusted content (the newest ones that can be kept).
         self.line_prints: list[int] = []
+        self._tool_facts: ToolFacts | None = None
+        self._call: Call | None = None
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
@@ -159,6 +162,22 @@ class _Step:
     def stopped(self) -> bool:
         return self.cancelled
 
+    def tool_facts(self) -> ToolFacts | None:
+        """What the tool of a tool call declares (itself, or the policy's `[[tools]]`)."""
+        if self.view.tool is None:
+            return None
+        if self._tool_facts is None:
+            self._tool_facts = tool_facts(
+                self.request, self.view.tool, self.policy.tools, self.is_egress()
+            )
+        return self._tool_facts
+
+    def call(self) -> Call:
+        """The tool call's targets and values, for the provenance conditions."""
+        if self._call is None:
+            self._call = call_of(self.view.arguments, self.tool_facts() or ToolFacts())
+        return self._call
+
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
 
@@ -175,6 +194,10 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         return False
     if match.egress is not None and step.is_egress() != match.egress:
         return False
+    if match.consequential is not None and match.consequential != (
+        (step.tool_facts() or ToolFacts()).consequence is not None
+    ):
+        return False
     if match.arguments is not None and not all(
         _argument_holds(condition, view.arguments) for condition in match.arguments
     ):
@@ -190,6 +213,17 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             if threshold is not None and count < threshold:
                 return False
         if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
+            return False
+        calling = view.method == "steps/toolCallRequest"
+        if session.target_not_in_trusted_input is not None and (
+            session.target_not_in_trusted_input
+            != (calling and facts.provenance.target_unknown(step.call()))
+        ):
+            return False
+        if session.values_only_from_untrusted is not None and (
+            session.values_only_from_untrusted
+            != (calling and facts.provenance.only_untrusted(step.call()))
+        ):
             return False
         if (
             session.private_data_in_arguments is not None
@@ -352,6 +386,7 @@ class PolicyGuardian(Guardian):
         view = step.view
         if verdict.decision == "deny":
             return
+        facts.changed |= facts.provenance.learn(step.request, view.texts, step.tool_facts())
         if view.method == "steps/toolCallRequest" and view.tool is not None:
             facts.changed = True
             facts.calls_in_turn += 1
