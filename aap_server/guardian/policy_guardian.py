@@ -232,7 +232,10 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             step.prepare_arguments()
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
             view.method == "steps/toolCallRequest"
-            and facts.carries_private(step.argument_findings, step.argument_forms)
+            and facts.carries_private(
+                [f for f in step.argument_findings if not facts.provenance.given_by_user(f.value)],
+                step.argument_forms,
+            )
         ):
             return False
         if session.untrusted_data_in_arguments is not None and (
@@ -397,7 +400,12 @@ class PolicyGuardian(Guardian):
             facts.untrusted_seen = True
             for value in step.line_prints:
                 facts.untrusted_lines.add(value)
-        if view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval":
+        trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
+            view.execution_id
+        )
+        if (
+            view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval"
+        ) and not trusted_output:
             # Private data the agent took in (not what the user typed: sending the user's own
             # address where the user asked is no leak).
             for finding in step.findings:

@@ -48,9 +48,6 @@ MIN_VALUE_CHARS = 3
 MAX_VALUE_CHARS = 64
 
 _WORD = re.compile(r"[^\s\"'<>()\[\]{},;!?`|*]+")
-# The words of untrusted content worth remembering: those with a digit, `@`, `/` or an inner
-# dot (amounts, accounts, addresses, hosts, paths, codes): prose words are never targets.
-_VALUE_WORD = re.compile(r"[^\s\"'<>()\[\]{},;!?`|*]*[\d@/.][^\s\"'<>()\[\]{},;!?`|*]*")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s:?#@]+@)?([^/\s:?#]+)")
 _EDGE = ".:#@/-_=+"
@@ -61,9 +58,18 @@ def _print(word: str) -> int:
     return (zlib.crc32(data) << 32) | zlib.adler32(data)
 
 
+_DECIMAL = re.compile(r"\d+\.\d+")
+
+
 def _normal(word: str) -> str:
+    """A word as compared: lower case, edge punctuation off, decimals without trailing
+    zeros (`45.50` is `45.5`, as a tool's number argument prints)."""
     word = word.lower().strip(_EDGE)
-    return word[7:] if word.startswith("mailto:") else word
+    if word.startswith("mailto:"):
+        return word[7:]
+    if _DECIMAL.fullmatch(word):
+        return word.rstrip("0").rstrip(".")
+    return word
 
 
 class Prints:
@@ -90,17 +96,24 @@ class Prints:
         return new
 
 
+_HAS_VALUE_CHAR = re.compile(r"[\d@/]|.\..")
+
+
 def words_of(text: str, values_only: bool) -> Iterator[int]:
-    """Fingerprints of a text's words (`values_only`: only value-like ones), and of the
-    hosts of its URLs."""
-    pattern = _VALUE_WORD if values_only else _WORD
-    for found in pattern.findall(text):
+    """Fingerprints of a text's distinct words (`values_only`: only value-like ones, with a
+    digit, `@`, `/` or an inner dot), and of the hosts of its URLs. The regexes run at C
+    speed; Python touches each distinct word once."""
+    lowered = text.lower()
+    words: Iterable[str] = set(_WORD.findall(lowered))
+    if values_only:
+        words = filter(_HAS_VALUE_CHAR.search, words)
+    for found in words:
         word = _normal(found)
         if len(word) >= MIN_VALUE_CHARS:
             yield _print(word)
     if "://" in text:
-        for _, host in _URL_HOST.findall(text):
-            yield _print(host.lower())
+        for _, host in _URL_HOST.findall(lowered):
+            yield _print(host)
 
 
 class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,6 +192,15 @@ class Provenance:
         self.instructions = seen
         self.trusted.add_all(words_of(instructions, values_only=False))
         return True
+
+    def trusted_result(self, call_id: str | None) -> bool:
+        """Whether a tool result answers a call of a tool whose output is trusted."""
+        return self.calls.get(call_id or "", False)
+
+    def given_by_user(self, value: str) -> bool:
+        """Whether a value (a detector hit) came in trusted input: the user's own recipient
+        or account leaving is no leak."""
+        return _print(_normal(value)) in self.trusted
 
     def target_unknown(self, call: Call) -> bool:
         """Whether a recipient or target of the call never appeared in trusted input."""
@@ -274,18 +296,17 @@ def call_of(arguments: dict[str, Any], tool: ToolFacts) -> Call:
         for leaf in _leaves(argument):
             text = leaf if isinstance(leaf, str) else None
             if text is None:
-                if isinstance(leaf, int | float) and not isinstance(leaf, bool):
-                    text = format(leaf, "g") if isinstance(leaf, float) else str(leaf)
-                    if consequential and len(text) >= MIN_VALUE_CHARS:
-                        values.append(_print(text))
+                if consequential and isinstance(leaf, int | float) and not isinstance(leaf, bool):
+                    number = _normal(repr(leaf))
+                    if len(number) >= MIN_VALUE_CHARS:
+                        values.append(_print(number))
                 continue
-            if declared:
+            if declared or (consequential and not tool.targets and _is_value(text)):
                 targets += _target_words(text)
-            elif not tool.targets:
-                if consequential and _is_value(text):
-                    targets += _target_words(text)
-                elif "@" in text or "://" in text:
-                    targets += [t for t in _target_words(text) if t]
+            elif "@" in text or "://" in text:
+                # An address or a link anywhere (a body, a post) is a recipient or host too.
+                targets += [[_print(_normal(e))] for e in _EMAIL.findall(text)]
+                targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
             if consequential and _is_value(text):
-                values.append(_print(_normal(text)))
+                values += words_of(text, values_only=True)
     return Call(targets=[t for t in targets if t], values=values)
