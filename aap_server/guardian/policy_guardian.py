@@ -233,7 +233,12 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
             view.method == "steps/toolCallRequest"
             and facts.carries_private(
-                [f for f in step.argument_findings if not facts.provenance.given_by_user(f.value)],
+                # An account the user typed (pay *this* IBAN) leaving is no leak.
+                [
+                    f
+                    for f in step.argument_findings
+                    if f.detector != "pii.iban" or not facts.provenance.given_by_user(f.value)
+                ],
                 step.argument_forms,
             )
         ):
