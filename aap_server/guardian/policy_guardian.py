@@ -327,6 +327,8 @@ class PolicyGuardian(Guardian):
             facts.calls_in_turn = 0
             facts.changed = True
         if verdict is None:
+            if view.method == "steps/toolCallRequest" and facts.originals:
+                step.findings = step.findings + _placeholder_findings(view.texts, facts)
             matching = [r for r in policy.rules if r.enabled and _matches(r.match, step, facts)]
             verdict = self._decide(step, facts, matching)
         self._learn(step, facts, verdict)
@@ -491,6 +493,23 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
         return text
 
     return redact
+
+
+def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding]:
+    """A credential's placeholder in a tool call stands for the credential: rules on
+    `secret.*` see it as one (a policy lets a tool receive the real value with `restore`)."""
+    found: list[Finding] = []
+    for text in texts:
+        if "<" not in text:
+            continue
+        for placeholder, (detector, value) in facts.originals.items():
+            at = text.find(placeholder) if detector.startswith("secret.") else -1
+            if at >= 0:
+                end = at + len(placeholder)
+                found.append(
+                    Finding(detector=detector, category="secret", start=at, end=end, value=value)
+                )
+    return found
 
 
 def _restorer(patterns: list[str], facts: SessionFacts) -> Callable[[str], str]:

@@ -96,6 +96,9 @@ class Prints:
         return new
 
 
+# Delimiters around words, turned into spaces (`str.translate` and `split` run at C speed,
+# several times faster than a regex over the text).
+_SPACES = str.maketrans(dict.fromkeys("\"'<>()[]{},;!?`|*", " "))
 _HAS_VALUE_CHAR = re.compile(r"[\d@/]|.\..")
 
 
@@ -104,7 +107,7 @@ def words_of(text: str, values_only: bool) -> Iterator[int]:
     digit, `@`, `/` or an inner dot), and of the hosts of its URLs. The regexes run at C
     speed; Python touches each distinct word once."""
     lowered = text.lower()
-    words: Iterable[str] = set(_WORD.findall(lowered))
+    words: Iterable[str] = set(lowered.translate(_SPACES).split())
     if values_only:
         words = filter(_HAS_VALUE_CHAR.search, words)
     for found in words:

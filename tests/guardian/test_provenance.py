@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from aap_server import aos
@@ -101,3 +102,41 @@ def test_a_policy_file_extends_the_default_unless_it_says_none(tmp_path: Path) -
     custom.write_text('version = 1\ndisable = ["no-such-rule"]\n')
     with pytest.raises(PolicyError, match="no-such-rule"):
         load_policy(custom)
+
+
+AWS_KEY = "AKIA" + "Z7Q3K5M2N8P4R6T1"
+
+
+async def test_a_pasted_secret_reaches_the_model_as_a_placeholder_and_no_tool_by_default() -> None:
+    guardian, make = PolicyGuardian(default_policy()), steps()
+    pasted = await guardian.check(make.message("user", f"deploy with {AWS_KEY} please"))
+    assert pasted.decision == "modify"
+    assert AWS_KEY not in msgspec.json.encode(pasted.modified_request).decode()
+    assert b"<AWS_ACCESS_KEY_1>" in msgspec.json.encode(pasted.modified_request)
+    call = make.tool_call_request("c1", "deploy", {"token": "<AWS_ACCESS_KEY_1>"})
+    verdict = await guardian.check(call)
+    assert (verdict.decision, (verdict.data or {})["ruleId"]) == ("deny", "secrets-not-to-tools")
+
+
+async def test_a_policy_can_give_one_tool_the_real_secret(tmp_path: Path) -> None:
+    custom = tmp_path / "custom.toml"
+    custom.write_text(
+        "version = 1\n"
+        '[[rules]]\nid = "secrets-not-to-tools"\naction = "deny"\n'
+        'reason_code = "secret.in_tool_call"\nmatch.method = ["steps/toolCallRequest"]\n'
+        'match.tool = ["send_*"]\nmatch.detectors = ["secret.*"]\n'
+        '[[rules]]\nid = "deploy-gets-the-key"\naction = "modify"\n'
+        'reason_code = "secret.restored"\n'
+        'match.tool = ["deploy"]\nmodify.restore = ["secret.*"]\n'
+    )
+    guardian, make = PolicyGuardian(load_policy(custom)), steps()
+    await guardian.check(make.message("user", f"deploy with {AWS_KEY} please"))
+    deploy = await guardian.check(
+        make.tool_call_request("c1", "deploy", {"token": "<AWS_ACCESS_KEY_1>"})
+    )
+    assert deploy.decision == "modify"
+    assert AWS_KEY.encode() in msgspec.json.encode(deploy.modified_request)
+    mail = make.tool_call_request(
+        "c2", "send_email", {"to": "x@y.example", "body": "<AWS_ACCESS_KEY_1>"}
+    )
+    assert (await guardian.check(mail)).decision == "deny"
