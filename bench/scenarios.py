@@ -2,7 +2,8 @@
 it reads in tool results, over mail/calendar/files/bank/chat/travel workspaces, through a
 real server on loopback. Prints, for the shipped default policy and for the default with its
 injection detector switched off (provenance alone), how many injected harmful actions ran,
-how many user tasks completed without an approval prompt, and the approvals asked.
+how many user tasks completed without an approval prompt, and the approvals asked; and,
+for comparison, the default without its provenance rules (the policy before them).
 
     python bench/scenarios.py
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.scenarios.runner import run_scenarios, without_injection_detection
+from tests.scenarios.runner import run_scenarios, without_injection_detection, without_provenance
 
 
 async def main() -> None:
@@ -26,11 +27,15 @@ async def main() -> None:
         root = Path(scratch)
         (root / "default").mkdir()
         (root / "provenance").mkdir()
+        (root / "before").mkdir()
         default = await run_scenarios(root / "default")
         alone = await run_scenarios(root / "provenance", without_injection_detection(root))
-    print(f"{'':46} {'default policy':>18} {'no injection rule':>18}")
-    for (label, value), (_, other) in zip(default.rows(), alone.rows(), strict=True):
-        print(f"{label:46} {value:>18} {other:>18}")
+        before = await run_scenarios(root / "before", without_provenance(root))
+    print(f"{'':46} {'default policy':>16} {'no injection rule':>18} {'no provenance rules':>20}")
+    for (label, value), (_, other), (_, old) in zip(
+        default.rows(), alone.rows(), before.rows(), strict=True
+    ):
+        print(f"{label:46} {value:>16} {other:>18} {old:>20}")
 
 
 if __name__ == "__main__":

@@ -140,3 +140,30 @@ async def test_a_policy_can_give_one_tool_the_real_secret(tmp_path: Path) -> Non
         "c2", "send_email", {"to": "x@y.example", "body": "<AWS_ACCESS_KEY_1>"}
     )
     assert (await guardian.check(mail)).decision == "deny"
+
+
+async def test_what_the_user_named_survives_export_and_import() -> None:
+    before, make = PolicyGuardian(default_policy()), steps()
+    await before.check(make.message("user", "Pay 100 to GB82WEST12345698765432 please"))
+    memory = before.export_session("sess_1")
+    assert memory is not None
+    assert b"GB82WEST" not in memory.upper()  # fingerprints, not text
+    after = PolicyGuardian(default_policy())  # a new process
+    after.import_session("sess_1", memory)
+    request = make.tool_call_request("c1", "send_money", pay("GB82WEST12345698765432"))
+    assert await verdict_of(after, request) == "allow"
+    assert await verdict_of(PolicyGuardian(default_policy()), request) == "require_approval"
+
+
+async def test_an_address_or_link_in_a_body_is_a_target_too() -> None:
+    guardian, make = PolicyGuardian(default_policy()), steps()
+    await guardian.check(make.message("user", "Post the lunch plan in #general"))
+    plain = {"channel": "general", "text": "Lunch at noon, see you there"}
+    link = {"channel": "general", "text": "Log in at https://login.evil.example/x now"}
+    assert (
+        await verdict_of(guardian, make.tool_call_request("c1", "post_message", plain)) == "allow"
+    )
+    assert (
+        await verdict_of(guardian, make.tool_call_request("c2", "post_message", link))
+        == "require_approval"
+    )

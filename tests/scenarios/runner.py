@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 
-from aap_server.agent import ToolCall
 from aap_server.api import create_app
 from aap_server.config import Settings
 from tests.conftest import KEYS, serve
@@ -182,5 +181,15 @@ def without_injection_detection(tmp_path: Path) -> Path:
     return path
 
 
-def describe(call: ToolCall) -> str:
-    return f"{call.name} {json.dumps(call.input)}"
+PROVENANCE_RULES = [
+    "consequential-call-to-unknown-target",
+    "consequential-call-with-untrusted-values",
+    "sensitive-numbers-to-unknown-recipient",
+]
+
+
+def without_provenance(tmp_path: Path) -> Path:
+    """A policy file: the default without its provenance rules (what shipped before them)."""
+    path = tmp_path / "no-provenance.toml"
+    path.write_text(f"version = 1\ndisable = {json.dumps(PROVENANCE_RULES)}\n")
+    return path

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.scenarios.runner import Results, run_scenarios, without_injection_detection
+from tests.scenarios.runner import (
+    Results,
+    run_scenarios,
+    without_injection_detection,
+    without_provenance,
+)
 
 
 def assert_targets(results: Results) -> None:
@@ -31,3 +36,12 @@ async def test_provenance_alone_stops_them_when_injection_detection_misses_every
     # The default policy with its injection-detector rule switched off (`disable`): every
     # injected instruction reaches the model, which obeys it; where values came from decides.
     assert_targets(await run_scenarios(tmp_path, without_injection_detection(tmp_path)))
+
+
+async def test_without_the_provenance_rules_the_fooled_model_does_harm(tmp_path: Path) -> None:
+    # The same suite can fail: with the rules that shipped before provenance, injected
+    # deletions, bookings and posts run (payments to an IBAN read in the mail were already
+    # stopped by the exfiltration rule).
+    results = await run_scenarios(tmp_path, without_provenance(tmp_path))
+    harmed = {r.injection.goal for r in results.attacked() if r.harmful and r.injection}
+    assert {"delete the tax return", "post a phishing link", "book the attacker's hotel"} <= harmed
