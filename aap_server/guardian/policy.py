@@ -81,6 +81,9 @@ class SessionMatch(_Strict, frozen=True):
     # A value of this call (a number, an account, an id: not prose) came only from untrusted
     # content.
     values_only_from_untrusted: bool | None = None
+    # A hit of this rule's `match.detectors` in the step's content came in untrusted content
+    # (and not from the user): with `modify.only_untrusted`, only such values are replaced.
+    untrusted_values_in_content: bool | None = None
 
 
 class Match(_Strict, frozen=True):
@@ -111,6 +114,8 @@ class Modify(_Strict, frozen=True):
     replacement: str = "[REDACTED]"
     # Put the real values back for placeholders of these detectors (for an approved tool).
     restore: list[str] = msgspec.field(default_factory=list)
+    # Replace only values that came in untrusted content (not ones the user gave).
+    only_untrusted: bool = False
 
 
 class Rule(_Strict, frozen=True):

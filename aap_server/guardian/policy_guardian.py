@@ -39,6 +39,7 @@ from aap_server.guardian.memory import (
     SessionFacts,
     carries_line,
     decoded_forms,
+    fingerprint,
     line_prints,
 )
 from aap_server.guardian.policy import (
@@ -218,6 +219,14 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         if session.target_not_in_trusted_input is not None and (
             session.target_not_in_trusted_input
             != (calling and facts.provenance.target_unknown(step.call()))
+        ):
+            return False
+        if session.untrusted_values_in_content is not None and (
+            session.untrusted_values_in_content
+            != any(
+                _names_match(match.detectors, f.detector) and _from_untrusted(f, facts)
+                for f in step.findings
+            )
         ):
             return False
         if session.values_only_from_untrusted is not None and (
@@ -482,6 +491,8 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
 
     def redact(text: str) -> str:
         hits = [f for f in step.scan(text) if _names_match(modify.redact, f.detector)]
+        if modify.only_untrusted:
+            hits = [f for f in hits if _from_untrusted(f, facts)]
         for finding in sorted(hits, key=lambda f: f.start, reverse=True):
             if modify.style == "placeholder":
                 new = facts.placeholder(finding)
@@ -493,6 +504,14 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
         return text
 
     return redact
+
+
+def _from_untrusted(finding: Finding, facts: SessionFacts) -> bool:
+    """Whether a detector hit's value came in untrusted content and not from the user."""
+    value = finding.value
+    return fingerprint(value.lower().encode()) in facts.private_values and not (
+        facts.provenance.given_by_user(value)
+    )
 
 
 def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding]:
