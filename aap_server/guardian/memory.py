@@ -34,7 +34,13 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from aap_server.guardian.detectors import Finding
-from aap_server.guardian.provenance import Provenance, ProvenanceMemory
+from aap_server.guardian.provenance import (
+    MAX_CALLS,
+    MAX_TRUSTED_PRINTS,
+    MAX_UNTRUSTED_PRINTS,
+    Provenance,
+    ProvenanceMemory,
+)
 
 # A line shorter than this is too common to recognise as coming from somewhere; longer ones
 # are recognised by this many bytes from their start.
@@ -49,6 +55,8 @@ MAX_PLACEHOLDER_VALUE = 512
 MAX_SESSION_BYTES = (
     8 * (2 * MAX_LINE_PRINTS + MAX_PRIVATE_PRINTS)
     + MAX_PLACEHOLDERS * (MAX_PLACEHOLDER_VALUE + 64)
+    + 8 * (MAX_TRUSTED_PRINTS + MAX_UNTRUSTED_PRINTS)
+    + 48 * MAX_CALLS
     + 16_384
 )
 
