@@ -279,8 +279,11 @@ def _leaves(value: Any) -> Iterator[Any]:
         yield value
 
 
+_SPACE = re.compile(r"\s")
+
+
 def _is_value(text: str) -> bool:
-    return MIN_VALUE_CHARS <= len(text) <= MAX_VALUE_CHARS and not any(c.isspace() for c in text)
+    return MIN_VALUE_CHARS <= len(text) <= MAX_VALUE_CHARS and _SPACE.search(text) is None
 
 
 def _target_words(text: str) -> list[list[int]]:
@@ -308,12 +311,13 @@ def call_of(arguments: dict[str, Any], tool: ToolFacts) -> Call:
                     if len(number) >= MIN_VALUE_CHARS:
                         values.append(_print(number))
                 continue
-            if declared or (consequential and not tool.targets and _is_value(text)):
+            value = consequential and _is_value(text)
+            if declared or (value and not tool.targets):
                 targets += _target_words(text)
             elif "@" in text or "://" in text:
                 # An address or a link anywhere (a body, a post) is a recipient or host too.
                 targets += [[_print(_normal(e))] for e in _EMAIL.findall(text)]
                 targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
-            if consequential and _is_value(text):
+            if value:
                 values += words_of(text, values_only=True)
     return Call(targets=[t for t in targets if t], values=values)
