@@ -108,6 +108,7 @@ class _Step:
         self.cancelled = False
         self.findings: list[Finding] = []
         self._scans: dict[str, list[Finding]] = {}
+        self._names: set[str] | None = None
         # Tool arguments as they may leave (decoded forms) and the detector hits in those.
         self.argument_forms: list[bytes] = []
         self.argument_findings: list[Finding] = []
@@ -159,6 +160,12 @@ class _Step:
     def stopped(self) -> bool:
         return self.cancelled
 
+    def detector_names(self) -> set[str]:
+        """Which detectors found something (once: rules test names, not each finding)."""
+        if self._names is None:
+            self._names = {f.detector for f in self.findings}
+        return self._names
+
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
 
@@ -208,7 +215,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
     return match.detectors is None or any(
-        _names_match(match.detectors, finding.detector) for finding in step.findings
+        _names_match(match.detectors, name) for name in step.detector_names()
     )
 
 
@@ -299,7 +306,7 @@ class PolicyGuardian(Guardian):
         policy = step.policy
         base = {
             "policyHash": policy.hash,
-            "findings": sorted({f.detector for f in step.findings}) if matching else [],
+            "findings": sorted(step.detector_names()) if matching else [],
         }
         if not matching:
             return aos.AosSuccessResult(
@@ -428,21 +435,52 @@ def _shadowed(verdict: aos.AosSuccessResult) -> aos.AosSuccessResult:
 
 
 def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str], str]:
-    """Replaces the findings of `modify.redact` detectors in a text, right to left."""
+    """Replaces the findings of `modify.redact` detectors in a text. Built left to right from
+    pieces (one pass, linear however many findings); overlapping findings are one span."""
+    redacted = _NameFilter(modify.redact)
+
+    def replacement(finding: Finding) -> str:
+        if modify.style == "placeholder":
+            return facts.placeholder(finding)
+        if modify.style == "mask":
+            return "*" * (finding.end - finding.start)
+        return modify.replacement
 
     def redact(text: str) -> str:
-        hits = [f for f in step.scan(text) if _names_match(modify.redact, f.detector)]
-        for finding in sorted(hits, key=lambda f: f.start, reverse=True):
-            if modify.style == "placeholder":
-                new = facts.placeholder(finding)
-            elif modify.style == "mask":
-                new = "*" * (finding.end - finding.start)
+        hits = sorted(
+            (f for f in step.scan(text) if redacted(f.detector)), key=lambda f: (f.start, -f.end)
+        )
+        if not hits:
+            return text
+        pieces: list[str] = []
+        done = 0  # text[:done] is accounted for
+        for finding in hits:
+            if finding.end <= done:
+                continue  # inside a span already replaced
+            if finding.start < done:  # overlaps it: mask the rest too
+                pieces.append("*" * (finding.end - done))
             else:
-                new = modify.replacement
-            text = text[: finding.start] + new + text[finding.end :]
-        return text
+                pieces += (text[done : finding.start], replacement(finding))
+            done = finding.end
+        pieces.append(text[done:])
+        return "".join(pieces)
 
     return redact
+
+
+class _NameFilter:
+    """`_names_match(patterns, name)`, remembered per name: a step may have thousands of
+    findings from a handful of detectors."""
+
+    def __init__(self, patterns: Sequence[str] | None) -> None:
+        self._patterns = patterns
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        known = self._known.get(name)
+        if known is None:
+            known = self._known[name] = _names_match(self._patterns, name)
+        return known
 
 
 def _restorer(patterns: list[str], facts: SessionFacts) -> Callable[[str], str]:
