@@ -28,6 +28,7 @@ from aap_server import aos
 from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
 from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
+from aap_server.guardian.detectors.base import CATEGORIES, Category
 from aap_server.guardian.detectors.scan import ScanCancelled
 from aap_server.guardian.memory import (
     MAX_CALLER_BYTES,
@@ -117,10 +118,12 @@ class _Step:
         self.line_prints: list[int] = []
 
     def scan(self, text: str) -> list[Finding]:
-        """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
+        """`scan_all(text)` over the families the policy can use on this step, once per text:
+        redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            found = self._scans[text] = scan_all(text, should_stop=self.stopped)
+            families = _families_for(self.policy, self.view.method)
+            found = self._scans[text] = scan_all(text, families, should_stop=self.stopped)
         return found
 
     def prepare(self, *, arguments: bool = False) -> None:
@@ -168,6 +171,38 @@ class _Step:
 
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
+
+
+# PII and secrets are always looked for (the session remembers private data it took in);
+# injection only on steps some rule can look at it on.
+_ALWAYS: tuple[Category, ...] = ("pii", "secret")
+_FAMILY_CACHE: dict[tuple[str, str], tuple[Category, ...]] = {}
+
+
+def _families_for(policy: Policy, method: str) -> tuple[Category, ...]:
+    """The detector families a step of `method` must be scanned for under `policy`."""
+    key = (policy.hash, method)
+    known = _FAMILY_CACHE.get(key)
+    if known is not None:
+        return known
+    wanted: set[str] = set(_ALWAYS)
+    for rule in policy.rules:
+        if not rule.enabled or (rule.match.method is not None and method not in rule.match.method):
+            continue
+        patterns = list(rule.match.detectors or [])
+        if rule.modify is not None:
+            patterns += rule.modify.redact
+        for pattern in patterns:
+            family = pattern.split(".", 1)[0]
+            if "*" in family or "?" in family or "[" in family:
+                wanted.update(c for c in CATEGORIES if fnmatch.fnmatchcase(c, family))
+            else:
+                wanted.add(family)
+    families = tuple(c for c in CATEGORIES if c in wanted and c != "egress")
+    if len(_FAMILY_CACHE) > 1024:  # policies reloaded many times
+        _FAMILY_CACHE.clear()
+    _FAMILY_CACHE[key] = families
+    return families
 
 
 def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
@@ -319,6 +354,10 @@ class PolicyGuardian(Guardian):
         deciding = next(r for r in matching if ACTION_STRENGTH[r.action] == strongest)
         reasons = [r.reason_code for r in matching if ACTION_STRENGTH[r.action] == strongest]
         data: dict[str, Any] = {**base, "ruleId": deciding.id}
+        if deciding.match.detectors is not None:
+            # Which tier of detection decided: the rules here are the deterministic tier
+            # (a learned tier, if one is added, names itself).
+            data["tier"] = "deterministic"
         message = deciding.message or f"rule {deciding.id}: {deciding.action}"
         if deciding.action == "deny":
             return aos.AosSuccessResult(
@@ -415,7 +454,7 @@ def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:
 
 # What a verdict's data may say in shadow mode: nothing that asks for a human or changes what
 # happens (AOM a2h fields, requireApproval) survives; what would have happened is recorded.
-_SHADOW_KEEP = frozenset({"policyHash", "findings", "ruleId"})
+_SHADOW_KEEP = frozenset({"policyHash", "findings", "ruleId", "tier"})
 
 
 def _shadowed(verdict: aos.AosSuccessResult) -> aos.AosSuccessResult:
