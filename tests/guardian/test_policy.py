@@ -16,7 +16,7 @@ from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
 
 CARD = "4111 1111 1111 1111"
-AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+AWS_KEY = "AKIAZ7Q3VHN2KXL4PW5M"
 
 
 def steps(session: str = "sess_1", turn: str = "turn_1") -> StepFactory:

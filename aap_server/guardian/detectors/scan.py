@@ -34,7 +34,8 @@ _RANK: dict[str, int] = {
     "pii.email": 4,
     "pii.phone": 5,
     "pii.ip": 6,
-    "secret.entropy": 7,
+    "secret.assignment": 7,
+    "secret.entropy": 8,
 }
 
 
