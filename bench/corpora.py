@@ -189,6 +189,50 @@ def _pct(hits: list[bool]) -> str:
     return f"{100 * sum(hits) / len(hits):.1f}%"
 
 
+FAMILY = {"injection_bipia": "injection", "pii_presidio_tests": "pii"}
+
+
+def detector_table(directory: Path) -> None:
+    """The detectors alone (no policy): an attack item is found when findings of its family
+    cover every one of its `values` (injections: any injection finding); a benign item is
+    flagged by any finding of the family. Precision and recall per detector id that fired or
+    was expected (`entity` for PII, the family for the rest)."""
+    from aap_server.guardian.detectors import scan_all
+
+    print("\ndetectors alone (in-process `scan_all`), per corpus and detector")
+    print("| corpus | detector | found | missed | flagged benign | precision | recall |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for corpus, items in load(directory).items():
+        family = FAMILY.get(corpus, "secret")
+        tp: Counter[str] = Counter()
+        fn: Counter[str] = Counter()
+        fp: Counter[str] = Counter()
+        for item in items:
+            text = item["text"]
+            findings = [f for f in scan_all(text) if f.category == family]
+            if item["label"] == "benign":
+                for name in {f.detector for f in findings}:
+                    fp[name] += 1
+                continue
+            expected = str(item.get("entity") or f"{family}.*")
+            values = item.get("values") or []
+            spans = [(f.start, f.end) for f in findings]
+            found = (
+                bool(findings)
+                if not values
+                else all(
+                    any(a <= text.find(v) and text.find(v) + len(v) <= b for a, b in spans)
+                    for v in values
+                )
+            )
+            (tp if found else fn)[expected] += 1
+        for name in sorted(set(tp) | set(fn) | set(fp)):
+            t, m, f = tp[name], fn[name], fp[name]
+            precision = t / (t + f) if t + f else 1.0
+            recall = t / (t + m) if t + m else 1.0
+            print(f"| {corpus} | {name} | {t} | {m} | {f} | {precision:.3f} | {recall:.3f} |")
+
+
 def own_corpus() -> None:
     from tests.guardian.detectors.report import evaluate
 
@@ -216,6 +260,7 @@ def main() -> None:
         finally:
             process.terminate()
             process.wait(timeout=30)
+    detector_table(args.corpora)
     if not args.no_own:
         own_corpus()
 

@@ -14,9 +14,9 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
   with a length that issuer uses, and a valid Luhn digit. A card-shaped run inside a longer
   digit run (a 20-digit order number, a grouped tracking number) is not a card.
 - `pii.iban`: upper-case, optionally grouped by spaces, known country and length, mod-97.
-- `pii.ssn`: `AAA-GG-SSSS` with a valid area (not 000, 666, 9xx), group (not 00) and serial
-  (not 0000); `AAA GG SSSS` only after `SSN`/`social security`/`taxpayer`. Bare nine-digit
-  runs are not reported.
+- `pii.ssn`: `AAA-GG-SSSS` or `AAA.GG.SSSS` with a valid area (not 000, 666, 9xx), group
+  (not 00) and serial (not 0000); `AAA GG SSSS` and the run-together forms (`AAAGGSSSS`,
+  `AAA-GGSSSS`, `AAAGG-SSSS`) only near `SSN`/`social security`/`taxpayer`.
 - `pii.ip`: IPv4 dotted quads (octets 0-255, no leading zeros) and IPv6 addresses (checked by
   `ipaddress`). Not reported: loopback, unspecified, netmasks (`255.…`), a quad that is part of
   a longer dotted run (`1.2.3.4.5`, OIDs) or follows `v`/`version`/`build`/`release`, and a quad
@@ -293,7 +293,10 @@ def _ibans(v: TextViews) -> list[Finding]:
 
 # --- US SSN ------------------------------------------------------------------------------
 
-_SSN_SHAPE = re.compile(rb"000(?P<s>[- ])00(?P=s)0000")
+# `AAA-GG-SSSS` and its written variants: spaces or dots for the dashes, or the groups run
+# together (`AAAGGSSSS`, `AAA-GGSSSS`, `AAAGG-SSSS`); all but the dashed and dotted forms
+# only where the text names an SSN.
+_SSN_SHAPE = re.compile(rb"000(?P<s>[-. ])00(?P=s)0000|000(?P<t>-?)00(?P<u>-?)0000")
 _SSN_CONTEXT = re.compile(r"(?i)\b(?:ssn|ss#|social\s+security|tin|taxpayer)\b")
 
 
@@ -302,18 +305,16 @@ def _ssns(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     for cand in _SSN_SHAPE.finditer(shape):
         start, end = cand.span()
-        sep: bytes = cand.group("s")
-        if _glued_before(shape, start, b".-/" + sep) or _glued_after(shape, end, b".-/" + sep):
+        sep: bytes = cand.group("s") or b""
+        joined = cand.group("s") is None  # some or all groups run together
+        if _glued_before(shape, start, b".-/0" + sep) or _glued_after(shape, end, b".-/0" + sep):
             continue
-        area, group, serial = (
-            text[start : start + 3],
-            text[start + 4 : start + 6],
-            text[end - 4 : end],
-        )
+        digits = text[start:end].replace("-", "").replace(".", "").replace(" ", "")
+        area, group, serial = digits[:3], digits[3:5], digits[5:]
         if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
             continue
-        if sep == b" " and not _SSN_CONTEXT.search(text, max(0, start - 40), end + 20):
-            continue  # `123 45 6789` is an SSN only when the text says so
+        if (sep == b" " or joined) and not _SSN_CONTEXT.search(text, max(0, start - 40), end + 20):
+            continue  # `123 45 6789`, `123456789` are SSNs only when the text says so
         out.append(_hit("pii.ssn", text, start, end))
     return out
 

@@ -157,6 +157,13 @@ def _pii(b: _Builder, f: Fakes) -> None:
         if i % 5 == 4:
             value = value.replace("-", " ")
         b.add(("SSN: {}", "social security number {}", "{} (taxpayer)")[i % 3].format(value), ssn)
+    # Written variants: dots anywhere; run together only next to its name.
+    b.add(f"ssn {f.ssn().replace('-', '')} on file", ssn)
+    b.add(f"SSN: {f.ssn().replace('-', '.')}", ssn)
+    b.add(f"record {f.ssn().replace('-', '.')} updated", ssn)
+    b.add(f"Social Security No. {f.ssn()[:6] + f.ssn()[7:]}", ssn)
+    b.benign("order 123456789 shipped; invoice 078051121 paid")
+    b.benign("build 1.2.3 and 078.05.1123.4 released")
 
     ip = "pii.ip"
     for text in (
