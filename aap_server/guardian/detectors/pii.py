@@ -17,10 +17,12 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
 - `pii.ssn`: `AAA-GG-SSSS` or `AAA.GG.SSSS` with a valid area (not 000, 666, 9xx), group
   (not 00) and serial (not 0000); `AAA GG SSSS` and the run-together forms (`AAAGGSSSS`,
   `AAA-GGSSSS`, `AAAGG-SSSS`) only near `SSN`/`social security`/`taxpayer`.
-- `pii.ip`: IPv4 dotted quads (octets 0-255, no leading zeros) and IPv6 addresses (checked by
-  `ipaddress`). Not reported: loopback, unspecified, netmasks (`255.…`), a quad that is part of
-  a longer dotted run (`1.2.3.4.5`, OIDs) or follows `v`/`version`/`build`/`release`, and a quad
-  of single digits (`1.2.4.0`) unless a word such as `ip`, `host` or `server` precedes it.
+- `pii.ip` (with a CIDR prefix length or an IPv6 zone id when written): IPv4 dotted quads
+  (octets 0-255, no leading zeros) and IPv6 addresses (checked by `ipaddress`; the last 32
+  bits may be written as IPv4). Not reported: loopback, unspecified, netmasks (`255.…`), a
+  quad that is part of a longer dotted run (`1.2.3.4.5`, OIDs) or follows `v`/`version`/
+  `build`/`release`, and a quad of single digits (`1.2.4.0`) unless a word such as `ip`,
+  `host` or `server` precedes it.
 """
 
 from __future__ import annotations
@@ -353,7 +355,24 @@ def _ipv4(v: TextViews, out: list[Finding]) -> None:
         # `1.2.4.0` (every octet one digit) is more often a version than an address.
         if end - start == 7 and not _IP_CUE_BEFORE.search(text, max(0, start - 24), start):
             continue
-        out.append(_hit("pii.ip", text, start, end))
+        out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 32)))
+
+
+_PREFIX_LENGTH = re.compile(r"/(\d{1,3})(?!\d|\.\d)")
+_ZONE = re.compile(r"%[A-Za-z0-9_.-]{1,32}")
+
+
+def _with_suffix(text: str, end: int, bits: int) -> int:
+    """`end` moved past a CIDR prefix length (`/24`) or an IPv6 zone id (`%eth0`): the
+    network or interface belongs to the address."""
+    if end < len(text) and text[end] == "%":
+        zone = _ZONE.match(text, end)
+        end = zone.end() if zone else end
+    if end < len(text) and text[end] == "/":
+        prefix = _PREFIX_LENGTH.match(text, end)
+        if prefix is not None and int(prefix.group(1)) <= bits:
+            end = prefix.end()
+    return end
 
 
 def _ipv6(v: TextViews, out: list[Finding]) -> None:
@@ -373,7 +392,8 @@ def _ipv6(v: TextViews, out: list[Finding]) -> None:
         while end > start and text[end - 1] in ".:" and text[end - 2 : end] != "::":
             end -= 1
         run = text[start:end]
-        if run.count(":") < 2 or ("::" not in run and run.count(":") != 7):
+        full = 6 if "." in run else 7  # the last 32 bits may be written as IPv4
+        if run.count(":") < 2 or ("::" not in run and run.count(":") != full):
             continue
         glued = (start > 0 and shape[start - 1] in _WORD) or (
             end < len(shape) and shape[end] in _WORD
@@ -388,7 +408,7 @@ def _ipv6(v: TextViews, out: list[Finding]) -> None:
             continue
         if addr.is_loopback or addr.is_unspecified:
             continue
-        out.append(_hit("pii.ip", text, start, end))
+        out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 128)))
 
 
 def _ips(v: TextViews) -> list[Finding]:

@@ -167,6 +167,10 @@ def _pii(b: _Builder, f: Fakes) -> None:
 
     ip = "pii.ip"
     for text in (
+        "allow 198.51.100.0/24 through the firewall.",
+        "the route 2001:db8:85a3::/48 is announced",
+        "link-local peer fe80::1ff:fe23:4567:890a%eth0 answered",
+        "mapped ::ffff:203.0.113.9 in the log",
         "Login from 203.0.113.42 port 22",
         "X-Forwarded-For: 198.51.100.23",
         "server at 10.20.30.40 is down",
