@@ -28,6 +28,11 @@ class TextScreen(abc.ABC):
     def flush(self) -> str:
         """The message was allowed: return everything still held."""
 
+    def close(self) -> str:
+        """No more deltas will come, but the message is not checked yet: return what is safe
+        to send now that the text is known to end here (by default: nothing)."""
+        return ""
+
 
 class HoldMessage(TextScreen):
     """Sends nothing until the whole message is allowed: safe with any guardian."""

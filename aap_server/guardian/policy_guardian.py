@@ -28,6 +28,7 @@ from aap_server import aos
 from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
 from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
+from aap_server.guardian.detectors.base import CATEGORIES, Category
 from aap_server.guardian.detectors.scan import ScanCancelled
 from aap_server.guardian.memory import (
     MAX_CALLER_BYTES,
@@ -110,6 +111,7 @@ class _Step:
         self.cancelled = False
         self.findings: list[Finding] = []
         self._scans: dict[str, list[Finding]] = {}
+        self._names: set[str] | None = None
         # Tool arguments as they may leave (decoded forms) and the detector hits in those.
         self.argument_forms: list[bytes] = []
         self.argument_findings: list[Finding] = []
@@ -120,10 +122,12 @@ class _Step:
         self._call: Call | None = None
 
     def scan(self, text: str) -> list[Finding]:
-        """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
+        """`scan_all(text)` over the families the policy can use on this step, once per text:
+        redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            found = self._scans[text] = scan_all(text, should_stop=self.stopped)
+            families = _families_for(self.policy, self.view.method)
+            found = self._scans[text] = scan_all(text, families, should_stop=self.stopped)
         return found
 
     def prepare(self, *, arguments: bool = False) -> None:
@@ -179,8 +183,46 @@ class _Step:
             self._call = call_of(self.view.arguments, self.tool_facts() or ToolFacts())
         return self._call
 
+    def detector_names(self) -> set[str]:
+        """Which detectors found something (once: rules test names, not each finding)."""
+        if self._names is None:
+            self._names = {f.detector for f in self.findings}
+        return self._names
+
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
+
+
+# PII and secrets are always looked for (the session remembers private data it took in);
+# injection only on steps some rule can look at it on.
+_ALWAYS: tuple[Category, ...] = ("pii", "secret")
+_FAMILY_CACHE: dict[tuple[str, str], tuple[Category, ...]] = {}
+
+
+def _families_for(policy: Policy, method: str) -> tuple[Category, ...]:
+    """The detector families a step of `method` must be scanned for under `policy`."""
+    key = (policy.hash, method)
+    known = _FAMILY_CACHE.get(key)
+    if known is not None:
+        return known
+    wanted: set[str] = set(_ALWAYS)
+    for rule in policy.rules:
+        if not rule.enabled or (rule.match.method is not None and method not in rule.match.method):
+            continue
+        patterns = list(rule.match.detectors or [])
+        if rule.modify is not None:
+            patterns += rule.modify.redact
+        for pattern in patterns:
+            family = pattern.split(".", 1)[0]
+            if "*" in family or "?" in family or "[" in family:
+                wanted.update(c for c in CATEGORIES if fnmatch.fnmatchcase(c, family))
+            else:
+                wanted.add(family)
+    families = tuple(c for c in CATEGORIES if c in wanted and c != "egress")
+    if len(_FAMILY_CACHE) > 1024:  # policies reloaded many times
+        _FAMILY_CACHE.clear()
+    _FAMILY_CACHE[key] = families
+    return families
 
 
 def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
@@ -259,7 +301,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
     return match.detectors is None or any(
-        _names_match(match.detectors, finding.detector) for finding in step.findings
+        _names_match(match.detectors, name) for name in step.detector_names()
     )
 
 
@@ -352,7 +394,7 @@ class PolicyGuardian(Guardian):
         policy = step.policy
         base = {
             "policyHash": policy.hash,
-            "findings": sorted({f.detector for f in step.findings}) if matching else [],
+            "findings": sorted(step.detector_names()) if matching else [],
         }
         if not matching:
             return aos.AosSuccessResult(
@@ -365,6 +407,10 @@ class PolicyGuardian(Guardian):
         deciding = next(r for r in matching if ACTION_STRENGTH[r.action] == strongest)
         reasons = [r.reason_code for r in matching if ACTION_STRENGTH[r.action] == strongest]
         data: dict[str, Any] = {**base, "ruleId": deciding.id}
+        if deciding.match.detectors is not None:
+            # Which tier of detection decided: the rules here are the deterministic tier
+            # (a learned tier, if one is added, names itself).
+            data["tier"] = "deterministic"
         message = deciding.message or f"rule {deciding.id}: {deciding.action}"
         if deciding.action == "deny":
             return aos.AosSuccessResult(
@@ -467,7 +513,7 @@ def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:
 
 # What a verdict's data may say in shadow mode: nothing that asks for a human or changes what
 # happens (AOM a2h fields, requireApproval) survives; what would have happened is recorded.
-_SHADOW_KEEP = frozenset({"policyHash", "findings", "ruleId"})
+_SHADOW_KEEP = frozenset({"policyHash", "findings", "ruleId", "tier"})
 
 
 def _shadowed(verdict: aos.AosSuccessResult) -> aos.AosSuccessResult:
@@ -487,21 +533,37 @@ def _shadowed(verdict: aos.AosSuccessResult) -> aos.AosSuccessResult:
 
 
 def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str], str]:
-    """Replaces the findings of `modify.redact` detectors in a text, right to left."""
+    """Replaces the findings of `modify.redact` detectors in a text. Built left to right from
+    pieces (one pass, linear however many findings); overlapping findings are one span."""
+    redacted = _NameFilter(modify.redact)
+
+    def replacement(finding: Finding) -> str:
+        if modify.style == "placeholder":
+            return facts.placeholder(finding)
+        if modify.style == "mask":
+            return "*" * (finding.end - finding.start)
+        return modify.replacement
 
     def redact(text: str) -> str:
-        hits = [f for f in step.scan(text) if _names_match(modify.redact, f.detector)]
+        hits = sorted(
+            (f for f in step.scan(text) if redacted(f.detector)), key=lambda f: (f.start, -f.end)
+        )
         if modify.only_untrusted:
             hits = [f for f in hits if _from_untrusted(f, facts)]
-        for finding in sorted(hits, key=lambda f: f.start, reverse=True):
-            if modify.style == "placeholder":
-                new = facts.placeholder(finding)
-            elif modify.style == "mask":
-                new = "*" * (finding.end - finding.start)
+        if not hits:
+            return text
+        pieces: list[str] = []
+        done = 0  # text[:done] is accounted for
+        for finding in hits:
+            if finding.end <= done:
+                continue  # inside a span already replaced
+            if finding.start < done:  # overlaps it: mask the rest too
+                pieces.append("*" * (finding.end - done))
             else:
-                new = modify.replacement
-            text = text[: finding.start] + new + text[finding.end :]
-        return text
+                pieces += (text[done : finding.start], replacement(finding))
+            done = finding.end
+        pieces.append(text[done:])
+        return "".join(pieces)
 
     return redact
 
@@ -529,6 +591,21 @@ def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding
                     Finding(detector=detector, category="secret", start=at, end=end, value=value)
                 )
     return found
+
+
+class _NameFilter:
+    """`_names_match(patterns, name)`, remembered per name: a step may have thousands of
+    findings from a handful of detectors."""
+
+    def __init__(self, patterns: Sequence[str] | None) -> None:
+        self._patterns = patterns
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        known = self._known.get(name)
+        if known is None:
+            known = self._known[name] = _names_match(self._patterns, name)
+        return known
 
 
 def _restorer(patterns: list[str], facts: SessionFacts) -> Callable[[str], str]:

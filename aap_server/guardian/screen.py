@@ -118,6 +118,21 @@ class WindowScreen(TextScreen):
                     first = start if first is None else min(first, start)
         return first
 
+    def close(self) -> str:
+        """The text ends here: no window need wait for what follows, so everything up to the
+        first finding (or secret opening) is released; from there on, held for the check."""
+        if self._stopped:
+            return ""
+        text = self._joined()
+        cut = self._length
+        stop = self._first_hold(text, cut)
+        if stop is not None:
+            cut = stop
+        self._stopped = True  # nothing more is released before the message check
+        released = text[self._released - self._base : cut - self._base]
+        self._released = cut
+        return released
+
     def flush(self) -> str:
         text = self._joined()
         held = text[self._released - self._base :]

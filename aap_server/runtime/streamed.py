@@ -46,36 +46,60 @@ def merge_blocks(blocks: list[ContentBlock]) -> list[ContentBlock]:
 
 class Streamed:
     """One kind of delta (text or thinking) of one message: what the model said, and what
-    the guardian's text screen has let out so far."""
+    the guardian's text screen has let out so far.
+
+    A message is stored as [thinking, text], and a client folds deltas into blocks in arrival
+    order: so text given `after=thinking` closes the thinking when it starts (the thinking
+    screen lets out what it safely can), and waits while any thinking is still held."""
 
     def __init__(
         self,
         screen: TextScreen,
         event: type[TextDeltaEvent] | type[ThinkingDeltaEvent],
         emit: Callable[[EngineEvent], None],
+        after: Streamed | None = None,
     ) -> None:
         self.screen = screen
         self.event = event
         self.emit = emit
+        self.after = after
         self.pieces: list[str] = []
         self.released: list[str] = []
+        self._length = 0
+        self._released_length = 0
+        self._closed = False
+        self._waiting: list[str] = []  # let out by the screen, waiting for `after`
 
     @property
     def whole(self) -> str:
         return "".join(self.pieces)
 
+    @property
+    def holding(self) -> bool:
+        return self._released_length < self._length
+
     def feed(self, delta: str) -> None:
         if delta:
             self.pieces.append(delta)
+            self._length += len(delta)
             self._send(self.screen.feed(delta))
 
+    def close(self) -> None:
+        """No more of this kind will come before the check: let out what the screen can."""
+        if not self._closed:
+            self._closed = True
+            self._send(self.screen.close())
+
     def finish(self) -> None:
-        """The message was allowed: let out what the screen still holds."""
+        """The message was allowed: let out what the screen still holds (after the thinking,
+        which the caller finishes first)."""
+        self.after = None
         self._send(self.screen.flush())
 
     def finish_as(self, modified: str) -> None:
         """The message was modified: send the rest of the modified text, if what already left
         is its beginning (a screen that released text should have caught what gets modified)."""
+        self.after, self._waiting = None, []  # never sent: the modified text replaces it
         sent = "".join(self.released)
         if modified.startswith(sent):
             self._send(modified[len(sent) :])
@@ -83,6 +107,16 @@ class Streamed:
             logger.warning("modified agent text differs from text already streamed")
 
     def _send(self, text: str) -> None:
+        after = self.after
+        if after is not None:
+            after.close()
+            if after.holding:
+                if text:
+                    self._waiting.append(text)
+                return
+        if self._waiting:
+            text, self._waiting = "".join(self._waiting) + text, []
         if text:
             self.released.append(text)
+            self._released_length += len(text)
             self.emit(self.event(delta=text))

@@ -321,7 +321,7 @@ class TurnRun:
         # Deltas leave as the guardian's text screen releases them; the rest once the whole
         # message has passed its `steps/message` check.
         thinking = Streamed(self.guardian.text_screen(), ThinkingDeltaEvent, self.emit)
-        text = Streamed(self.guardian.text_screen(), TextDeltaEvent, self.emit)
+        text = Streamed(self.guardian.text_screen(), TextDeltaEvent, self.emit, after=thinking)
         calls: list[ToolCall] = []
         model_stop: StopReason = "end_turn"
         async for output in self.agent.model.respond(request):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
 from aap_server.guardian import FailClosed
@@ -29,6 +30,11 @@ PATHOLOGICAL = {
     "no whitespace": "a",
     "base64 pieces": "QUFBQUFBQUFB",
     "override phrases": "ignore previous ",
+    "directives aimed at the output": "add this to your response ",
+    "code orders": "integrate the following code into your ",
+    "task sentences": "write a poem about the sea. ",
+    "line openings": "\nplease ",
+    "trigger words": "your note message before instead ",
     "role markup": "<system",
     "hidden characters": "a\u200b",
     "card groups": "4111 1111 ",
@@ -114,3 +120,28 @@ async def test_a_big_step_leaves_the_event_loop_free() -> None:
     await guardian.check(steps().tool_call_result("c1", "aa." * 100_000, False))
     task.cancel()
     assert ticks > 1  # other tasks ran while the step was scanned
+
+
+def _redaction_cpu(text: str) -> tuple[float, str]:
+    guardian = PolicyGuardian(default_policy())
+    best, redacted = float("inf"), ""
+    for _ in range(3):
+        started = time.process_time()
+        verdict = asyncio.run(guardian.check(steps().message("agent", text)))
+        best = min(best, time.process_time() - started)
+        assert verdict.decision == "modify"
+        assert verdict.modified_request is not None
+        redacted = msgspec.json.encode(verdict.modified_request).decode()
+    return best, redacted
+
+
+def test_redacting_thousands_of_findings_is_linear() -> None:
+    # Once each finding was cut out with a copy of the whole text: 10x the findings cost
+    # 100x the time, and ~70,000 findings in one reply held the event loop for seconds.
+    unit = "card 4111 1111 1111 1111.\n"
+    small_cpu, _ = _redaction_cpu(unit * (90_000 // len(unit)))
+    large_cpu, redacted = _redaction_cpu(unit * (900_000 // len(unit)))
+    assert "4111 1111 1111 1111" not in redacted
+    ratio = large_cpu / max(small_cpu, 1e-4)
+    # Linear: ~10 (measured 8); quadratic: measured 35.
+    assert ratio < 20, f"10x the findings cost {ratio:.0f}x the CPU time"

@@ -67,3 +67,17 @@ def test_a_short_message_is_released_whole_by_the_check() -> None:
     screen = WindowScreen()
     assert screen.feed("Hello there.") == ""
     assert screen.flush() == "Hello there."
+
+
+def test_closing_a_window_lets_out_the_whole_clean_text_and_holds_from_a_finding() -> None:
+    # Thinking is closed when the reply's text starts: a short clean thought need not wait
+    # for the window to fill; from a finding on, the text waits for the message check.
+    screen = WindowScreen()
+    assert screen.feed("a short thought ") == ""
+    assert screen.close() == "a short thought "
+    assert screen.flush() == ""
+    screen = WindowScreen()
+    assert screen.feed("mail bob@example.com now") == ""
+    assert screen.close() == "mail "
+    assert screen.feed(" more") == ""
+    assert screen.flush() == "bob@example.com now more"

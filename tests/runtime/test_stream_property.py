@@ -1,7 +1,8 @@
 """Streaming never shows what the policy would refuse or change (issue 7, item 3), proven over
 random policies, random texts with planted secrets / PII / injection, and random delta splits,
-through the real server: the client's fold of the delta stream = the message stream's fold =
-the `none` response = the stored history, and no delta carries text the verdict removed."""
+through the real server, with and without thinking before the text: the client's fold of the
+delta stream = the message stream's fold = the `none` response = the stored history, and no
+delta carries text (or thinking) the verdict removed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aap_server.agent import (
@@ -22,6 +23,7 @@ from aap_server.agent import (
     ModelRequest,
     StreamCapabilities,
     TextDelta,
+    ThinkingDelta,
     TurnModel,
 )
 from aap_server.api import create_app
@@ -100,12 +102,15 @@ modify.redact = ["injection.*"]
 
 
 class Scripted(TurnModel):
-    """Streams the deltas it is given."""
+    """Streams the thinking deltas it is given, then the text deltas."""
 
     def __init__(self) -> None:
+        self.thinking: list[str] = []
         self.deltas: list[str] = []
 
     async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        for delta in self.thinking:
+            yield ThinkingDelta(delta)
         for delta in self.deltas:
             yield TextDelta(delta)
 
@@ -115,14 +120,14 @@ def split(text: str, cuts: list[int]) -> list[str]:
     return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
-def texts(messages: list[dict[str, Any]]) -> str:
+def texts(messages: list[dict[str, Any]], kind: str = "text") -> str:
     out = []
     for message in messages:
         content = message.get("content")
         if isinstance(content, str):
-            out.append(content)
+            out.append(content if kind == "text" else "")
         elif isinstance(content, list):
-            out.extend(block.get("text", "") for block in content if block.get("type") == "text")
+            out.extend(block.get(kind, "") for block in content if block.get("type") == kind)
     return "".join(out)
 
 
@@ -132,9 +137,10 @@ class Fixture:
     guardian: PolicyGuardian
 
 
-async def _check(fx: Fixture, policy: str, deltas: list[str]) -> None:
+async def _check(fx: Fixture, policy: str, deltas: list[str], thinking: list[str]) -> None:
     fx.guardian.replace_policy(parse_policy(policy.encode()))
     fx.model.deltas = deltas
+    fx.model.thinking = thinking
     results = {}
     for mode in ("delta", "message", "none"):
         response = await fx.harness.client.post("/sessions", json={"agent": {"name": "tiny"}})
@@ -149,9 +155,10 @@ async def _check(fx: Fixture, policy: str, deltas: list[str]) -> None:
     for mode in ("delta", "message", "none"):
         # The stored history: the user's message, then what the client was shown.
         assert results[mode][1][1:] == none.messages, mode
-    sent = "".join(data["delta"] for name, data in delta.events if name == "text_delta")
-    final = texts(none.messages)
-    assert sent == final  # no delta carries text the verdict removed or changed
+    for kind in ("text", "thinking"):
+        sent = "".join(data["delta"] for name, data in delta.events if name == f"{kind}_delta")
+        # No delta carries text the verdict removed or changed.
+        assert sent == texts(none.messages, kind), kind
 
 
 @given(
@@ -160,8 +167,21 @@ async def _check(fx: Fixture, policy: str, deltas: list[str]) -> None:
     shadow=st.booleans(),
     pieces=st.lists(st.sampled_from(PIECES), min_size=1, max_size=6),
     cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=40),
+    thoughts=st.lists(st.sampled_from(PIECES), max_size=3),
+    thinking_cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=10),
 )
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+# A console tester's case: a short thought (held whole by the window) before a long reply
+# (released as it streams) once reached the client after the reply's first text.
+@example(
+    rules=[RULES[1]],
+    default="allow",
+    shadow=False,
+    pieces=["plain words without anything "] * 6,
+    cuts=[29, 58, 87, 116, 145],
+    thoughts=[PIECES[0]],
+    thinking_cuts=[],
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_streamed_text_is_exactly_what_the_policy_lets_out(
     tmp_path_factory: Any,
     rules: list[str],
@@ -169,11 +189,14 @@ def test_streamed_text_is_exactly_what_the_policy_lets_out(
     shadow: bool,
     pieces: list[str],
     cuts: list[int],
+    thoughts: list[str],
+    thinking_cuts: list[int],
 ) -> None:
     policy = f'version = 1\nmode = "{"shadow" if shadow else "enforce"}"\ndefault = "{default}"\n'
     policy += "\n".join(rules)
     deltas = split("".join(pieces), cuts)
-    FIXTURE.loop.run_until_complete(_check(FIXTURE.fx, policy, deltas))
+    thinking = split("".join(thoughts), thinking_cuts) if thoughts else []
+    FIXTURE.loop.run_until_complete(_check(FIXTURE.fx, policy, deltas, thinking))
 
 
 class _Running:

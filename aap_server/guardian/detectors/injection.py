@@ -18,6 +18,9 @@ messages).
   operators and word joiner (U+2060-2064), U+180E, a BOM that is not at the start, runs of two
   or more variation selectors (byte smuggling), and zero-width space/joiners next to ASCII
   letters or in runs. Emoji ZWJ sequences and ZWNJ inside Persian or Indic words are fine.
+- `injection.directive`: instructions aimed at the AI inside data — addressing it, aiming at
+  its output, hijack framing and counterfeit envelopes, task sentences, asking for its
+  instructions, in the major languages (see `directives.py`).
 - `injection.encoded`: base64, hex, percent-encoded, `\\xNN`/`\\uNNNN` and HTML-entity blobs that
   decode (up to two layers deep) to text the override or role-spoof detectors flag. The span is
   the encoded blob.
@@ -37,9 +40,11 @@ from urllib.parse import unquote_plus
 
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.base import Finding
+from aap_server.guardian.detectors.directives import scan_directives
 from aap_server.guardian.detectors.secret_formats import decode_base64, is_text
 
 INJECTION_IDS = (
+    "injection.directive",
     "injection.override",
     "injection.role_spoof",
     "injection.hidden_unicode",
@@ -345,4 +350,10 @@ def _encoded(v: TextViews, depth: int = 0) -> list[Finding]:
 def scan_injection_views(v: TextViews) -> list[Finding]:
     """Every injection hit in the text."""
     text = v.text
-    return _overrides(v) + _role_spoofs(text, v.lower) + _hidden(text) + _encoded(v)
+    return (
+        _overrides(v)
+        + _role_spoofs(text, v.lower)
+        + _hidden(text)
+        + _encoded(v)
+        + scan_directives(v)
+    )

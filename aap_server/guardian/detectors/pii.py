@@ -14,13 +14,15 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
   with a length that issuer uses, and a valid Luhn digit. A card-shaped run inside a longer
   digit run (a 20-digit order number, a grouped tracking number) is not a card.
 - `pii.iban`: upper-case, optionally grouped by spaces, known country and length, mod-97.
-- `pii.ssn`: `AAA-GG-SSSS` with a valid area (not 000, 666, 9xx), group (not 00) and serial
-  (not 0000); `AAA GG SSSS` only after `SSN`/`social security`/`taxpayer`. Bare nine-digit
-  runs are not reported.
-- `pii.ip`: IPv4 dotted quads (octets 0-255, no leading zeros) and IPv6 addresses (checked by
-  `ipaddress`). Not reported: loopback, unspecified, netmasks (`255.…`), a quad that is part of
-  a longer dotted run (`1.2.3.4.5`, OIDs) or follows `v`/`version`/`build`/`release`, and a quad
-  of single digits (`1.2.4.0`) unless a word such as `ip`, `host` or `server` precedes it.
+- `pii.ssn`: `AAA-GG-SSSS` or `AAA.GG.SSSS` with a valid area (not 000, 666, 9xx), group
+  (not 00) and serial (not 0000); `AAA GG SSSS` and the run-together forms (`AAAGGSSSS`,
+  `AAA-GGSSSS`, `AAAGG-SSSS`) only near `SSN`/`social security`/`taxpayer`.
+- `pii.ip` (with a CIDR prefix length or an IPv6 zone id when written): IPv4 dotted quads
+  (octets 0-255, no leading zeros) and IPv6 addresses (checked by `ipaddress`; the last 32
+  bits may be written as IPv4). Not reported: loopback, unspecified, netmasks (`255.…`), a
+  quad that is part of a longer dotted run (`1.2.3.4.5`, OIDs) or follows `v`/`version`/
+  `build`/`release`, and a quad of single digits (`1.2.4.0`) unless a word such as `ip`,
+  `host` or `server` precedes it.
 """
 
 from __future__ import annotations
@@ -293,7 +295,10 @@ def _ibans(v: TextViews) -> list[Finding]:
 
 # --- US SSN ------------------------------------------------------------------------------
 
-_SSN_SHAPE = re.compile(rb"000(?P<s>[- ])00(?P=s)0000")
+# `AAA-GG-SSSS` and its written variants: spaces or dots for the dashes, or the groups run
+# together (`AAAGGSSSS`, `AAA-GGSSSS`, `AAAGG-SSSS`); all but the dashed and dotted forms
+# only where the text names an SSN.
+_SSN_SHAPE = re.compile(rb"000(?P<s>[-. ])00(?P=s)0000|000(?P<t>-?)00(?P<u>-?)0000")
 _SSN_CONTEXT = re.compile(r"(?i)\b(?:ssn|ss#|social\s+security|tin|taxpayer)\b")
 
 
@@ -302,18 +307,16 @@ def _ssns(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     for cand in _SSN_SHAPE.finditer(shape):
         start, end = cand.span()
-        sep: bytes = cand.group("s")
-        if _glued_before(shape, start, b".-/" + sep) or _glued_after(shape, end, b".-/" + sep):
+        sep: bytes = cand.group("s") or b""
+        joined = cand.group("s") is None  # some or all groups run together
+        if _glued_before(shape, start, b".-/0" + sep) or _glued_after(shape, end, b".-/0" + sep):
             continue
-        area, group, serial = (
-            text[start : start + 3],
-            text[start + 4 : start + 6],
-            text[end - 4 : end],
-        )
+        digits = text[start:end].replace("-", "").replace(".", "").replace(" ", "")
+        area, group, serial = digits[:3], digits[3:5], digits[5:]
         if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
             continue
-        if sep == b" " and not _SSN_CONTEXT.search(text, max(0, start - 40), end + 20):
-            continue  # `123 45 6789` is an SSN only when the text says so
+        if (sep == b" " or joined) and not _SSN_CONTEXT.search(text, max(0, start - 40), end + 20):
+            continue  # `123 45 6789`, `123456789` are SSNs only when the text says so
         out.append(_hit("pii.ssn", text, start, end))
     return out
 
@@ -352,7 +355,24 @@ def _ipv4(v: TextViews, out: list[Finding]) -> None:
         # `1.2.4.0` (every octet one digit) is more often a version than an address.
         if end - start == 7 and not _IP_CUE_BEFORE.search(text, max(0, start - 24), start):
             continue
-        out.append(_hit("pii.ip", text, start, end))
+        out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 32)))
+
+
+_PREFIX_LENGTH = re.compile(r"/(\d{1,3})(?!\d|\.\d)")
+_ZONE = re.compile(r"%[A-Za-z0-9_.-]{1,32}")
+
+
+def _with_suffix(text: str, end: int, bits: int) -> int:
+    """`end` moved past a CIDR prefix length (`/24`) or an IPv6 zone id (`%eth0`): the
+    network or interface belongs to the address."""
+    if end < len(text) and text[end] == "%":
+        zone = _ZONE.match(text, end)
+        end = zone.end() if zone else end
+    if end < len(text) and text[end] == "/":
+        prefix = _PREFIX_LENGTH.match(text, end)
+        if prefix is not None and int(prefix.group(1)) <= bits:
+            end = prefix.end()
+    return end
 
 
 def _ipv6(v: TextViews, out: list[Finding]) -> None:
@@ -372,7 +392,8 @@ def _ipv6(v: TextViews, out: list[Finding]) -> None:
         while end > start and text[end - 1] in ".:" and text[end - 2 : end] != "::":
             end -= 1
         run = text[start:end]
-        if run.count(":") < 2 or ("::" not in run and run.count(":") != 7):
+        full = 6 if "." in run else 7  # the last 32 bits may be written as IPv4
+        if run.count(":") < 2 or ("::" not in run and run.count(":") != full):
             continue
         glued = (start > 0 and shape[start - 1] in _WORD) or (
             end < len(shape) and shape[end] in _WORD
@@ -387,7 +408,7 @@ def _ipv6(v: TextViews, out: list[Finding]) -> None:
             continue
         if addr.is_loopback or addr.is_unspecified:
             continue
-        out.append(_hit("pii.ip", text, start, end))
+        out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 128)))
 
 
 def _ips(v: TextViews) -> list[Finding]:

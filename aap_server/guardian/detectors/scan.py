@@ -34,7 +34,8 @@ _RANK: dict[str, int] = {
     "pii.email": 4,
     "pii.phone": 5,
     "pii.ip": 6,
-    "secret.entropy": 7,
+    "secret.assignment": 7,
+    "secret.entropy": 8,
 }
 
 
@@ -155,6 +156,8 @@ DESCRIPTIONS: dict[str, str] = {
     "pii.ip": "IPv4 or IPv6 address (not loopback, unspecified or netmask)",
     **{f.id: f.description for f in FORMATS},
     **OTHER_IDS,
+    "injection.directive": "instruction aimed at the AI inside data (addressing it, its output,"
+    " hijack framing, counterfeit envelopes, task sentences), in the major languages",
     "injection.override": "instruction-override or prompt-extraction phrase",
     "injection.role_spoof": "chat-template, transcript or wrapper-tag markup",
     "injection.hidden_unicode": "tag characters, bidi controls, invisible/zero-width characters",

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import math
 import re
 from bisect import bisect_left
@@ -215,6 +216,8 @@ OTHER_IDS: dict[str, str] = {
     "secret.azure_storage_key": "Azure storage account key (AccountKey=...)",
     "secret.http_basic_auth": "HTTP Basic credentials (base64 user:password after `Basic`)",
     "secret.bearer_token": "opaque token after `Bearer`",
+    "secret.assignment": "value of a key, token, secret or password named as such (assignments,"
+    " headers, .npmrc/.pypirc lines)",
     "secret.entropy": "high-entropy fallback",
 }
 SECRET_IDS: tuple[str, ...] = tuple(f.id for f in FORMATS) + tuple(OTHER_IDS)
@@ -280,6 +283,13 @@ _OBJECT_ID = re.compile(
     r"|srvtoolu|step|sub|thread|toolu|txn|user|vs)_[A-Za-z0-9]{8,40}\Z"
 )
 _SRI = re.compile(r"sha(?:1|256|384|512)-")
+# What names a checksum right before its value: `h1:` (go.sum), `sha256:`/`sha512-` (npm,
+# pip, OCI), `--hash=`, `integrity`, `checksum`, `digest`, `etag`.
+_CHECKSUM_LABEL = re.compile(
+    r"(?:\bh1:|\bsha(?:1|224|256|384|512)?[:=-]|\bmd5[:=-]|\bblake2b?[:=-]|hash[\"']?\s*[:=]\s*"
+    r"[\"']?(?:sha\w*[:=-])?|integrity[\"']?\s*[:=]\s*[\"']?|checksum[\"']?\s*[:=]\s*[\"']?"
+    r"|digest[\"']?\s*[:=]\s*[\"']?|etag[\"']?\s*[:=]\s*[\"']?)\Z"
+)
 _BINARY_MAGIC = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR", "JVBERi0", "UEsDB", "H4sI", "Qk")
 _TEXTY = bytes(range(0x20, 0x7F)) + b"\t\n\r"
 
@@ -375,6 +385,8 @@ def _excluded_random(v: TextViews, piece: str, start: int, end: int) -> bool:
         return True
     if text.startswith("base64,", start - 7):
         return True
+    if _CHECKSUM_LABEL.search(text[max(0, start - 24) : start].lower()):
+        return True  # a module, package or content hash (go.sum `h1:`, `--hash=sha256:` ...)
     # One line of a line-wrapped base64 block (PEM certificates, MIME bodies).
     if end < len(text) and text[end] == "\n" and end + 1 in v.token_starts:
         return True
@@ -485,6 +497,66 @@ def _private_keys(text: str, out: list[Finding]) -> None:
         out.append(_secret("secret.private_key", text, begin.start(), end))
 
 
+# --- placeholders and keyword-anchored secrets ---------------------------------------------
+
+_ASCENDING = "abcdefghijklmnopqrstuvwxyz"
+_PLACEHOLDER_WORDS = ("example", "xxxx", "placeholder", "your", "here", "dummy", "sample",
+                      "redacted", "changeme", "0000", "1234567", "****", "<", "{", "$")  # fmt: skip
+
+
+def is_placeholder(value: str) -> bool:
+    """A documentation value, not a credential: few distinct characters, a placeholder word,
+    or a run of 6 consecutive letters or digits (`abcdef`, `klmnop`, `123456`), which a random
+    token of any length practically never has."""
+    lower = value.lower()
+    body = lower.rstrip("=")
+    if len(set(body)) <= max(3, len(body) // 8):
+        return True
+    if any(word in lower for word in _PLACEHOLDER_WORDS):
+        return True
+    run = 1
+    for a, b in itertools.pairwise(body):
+        run = run + 1 if ord(b) == ord(a) + 1 and (a.isalnum() and b.isalnum()) else 1
+        if run >= 6:
+            return True
+    return False
+
+
+# A name that says "this is a credential", then `=`, `:` or a header colon, then the value.
+_ASSIGNMENT = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9_.-]{0,30}[_.-])?(?:api[_.-]?key|apikey|api[_.-]?token"
+    r"|access[_. -]?token|auth[_.-]?token|_authtoken|secret[_. -]?key|client[_.-]?secret|secret"
+    r"|password|passwd|pwd|private[_.-]?key|access[_. -]?key(?:[_.-]?id)?|token|credentials?"
+    r"|x-api-key|api-secret|signing[_.-]?key|encryption[_.-]?key|webhook[_.-]?secret)"
+    r"[A-Za-z0-9_]{0,12}[\"']?\s*(?::=|=>|[:=])\s*[\"'`]?"
+    r"(?P<value>[A-Za-z0-9+/_.~!@#%^&*()\[\]-]{8,200})(?=[\"'`]|\s|[,;]|$)",
+    re.MULTILINE,
+)
+_ASSIGNMENT_HINTS = ("key", "token", "secret", "password", "passwd", "pwd", "credential")
+
+
+def _assignments(text: str, lower: str, out: list[Finding]) -> None:
+    if not any(hint in lower for hint in _ASSIGNMENT_HINTS):
+        return
+    for m in _ASSIGNMENT.finditer(text):
+        value = m.group("value")
+        if is_placeholder(value) or not _secret_like(value):
+            continue
+        out.append(_secret("secret.assignment", text, m.start("value"), m.end("value")))
+
+
+def _secret_like(value: str) -> bool:
+    """A value worth hiding: mixes letters and digits (or symbols), is not a word, a number, a
+    boolean, a path or a variable reference."""
+    if value.isalpha() or value.isdigit() or value.lower() in ("true", "false", "null", "none"):
+        return False
+    if value.startswith(("/", "./", "process.env", "os.environ", "env.", "getenv")):
+        return False
+    kinds = sum((any(c.isdigit() for c in value), any(c.isalpha() for c in value),
+                 any(not c.isalnum() for c in value)))  # fmt: skip
+    return kinds >= 2 and shannon_entropy(value) >= 2.5
+
+
 def scan_secrets_views(v: TextViews) -> list[Finding]:
     """Every secret hit in the text (overlaps are resolved by the caller)."""
     text = v.text
@@ -508,4 +580,12 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
         if text.startswith("//", tokens[index][0]):
             continue  # a URL's host and path: ids in paths are not secrets (queries are apart)
         _context_or_entropy(v, start, end, out)
-    return out
+    _assignments(text, v.lower, out)  # last: overlaps with the above are resolved by rank
+    return [f for f in out if f.detector in _WHOLE_BLOCKS or not is_placeholder(f.value)]
+
+
+# Findings that span more than a token (a URL, a key block): judged by their own rules.
+_WHOLE_BLOCKS = frozenset(
+    ("secret.private_key", "secret.database_url", "secret.url_password", "secret.slack_webhook",
+     "secret.discord_webhook")
+)  # fmt: skip

@@ -1,0 +1,286 @@
+"""Instructions aimed at the AI inside data (`injection.directive`): how injected text works,
+not a list of known attacks.
+
+Data an agent reads (a mail, a table, a code file, a web page, a tool's output) describes
+things; it does not give the reader tasks. An injection has to, and to do so it must do one
+of a few things, each looked for here (English, and the main phrasings in Spanish, French,
+German, Portuguese, Italian, Russian, Chinese and Japanese):
+
+- **address the AI**: "dear assistant", "note to the AI", "if you are an AI / a language
+  model", "this is an important message from … to you", "AI agents reading this:";
+- **aim at the reader's output**: the reply, answer, summary or code being written ("add …
+  to your response", "encode your answer in Base64", "reply in German", "merge the following
+  code into your algorithm") — data has no business shaping what the assistant writes;
+- **frame a hijack**: "important message / instructions", "before you (can) continue / solve
+  the task / answer", "instead of the user's task", counterfeit envelopes (`<INFORMATION>`,
+  `###(system_message)`, `[ADMIN]`, `BEGIN SYSTEM PROMPT`), "(new|updated) task:";
+- **set a new task**: a sentence of five words or more that is a request for an assistant's
+  work, opening a line or following a sentence ("Write a script to …", "Provide a list of
+  …", "Translate the following …", "Can you show me …?"). Requests a mail or a page
+  naturally makes ("please transfer the deposit", "how do I reset my password?") are not
+  counted: what such text can *cause* is the provenance rules' business, not this one's;
+- **ask for the instructions**: "what (are|were) your instructions", "repeat your prompt".
+
+Each pattern is anchored on a literal word and bounded in length, so a scan is linear.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors.base import Finding
+
+_AI = (
+    r"(?:ai|a\.i\.|assistant|ai\s+assistant|ai\s+agent|agent|llm|language\s+model|chatbot|bot"
+    r"|model|gpt|chatgpt|claude|gemini|copilot|large\s+language\s+model)"
+)
+_OUTPUT = (
+    r"(?:response|answer|reply|replies|output|summary|elucidation|explanation|translation"
+    r"|completion)"
+)
+_CODE = (
+    r"(?:code(?:base)?|implementation|solution|algorithm|program|script|application|project"
+    r"|software|logic|function|module|elucidation|architecture|framework|system)"
+)
+_INSERT = (
+    r"(?:add|include|incorporat|integrat|embed|insert|inject|merg|append|utiliz|leverag"
+    r"|blend|weav|execut|enlist|introduc|ensure|put|place|mention|attach|implant|fuse|infus"
+    r"|combin|consider|apply|adopt|employ|let|make|keep|don't\s+(?:hesitate|forget)|feel\s+free"
+    r"|boost|enhanc|elevat|streamlin|refin|augment|improv|amplif|fortif|strengthen|optimi[sz]"
+    r"|develop|validat|give|complement|ascend|evolv|enrich)"
+)
+_TASK_VERBS = (
+    r"(?:write|provide|explain|describe|summari[sz]e|translate|analy[sz]e|determine|recommend"
+    r"|suggest|draft|compose|develop|classify|list|generate|create|compile|outline|compare"
+    r"|evaluate|assess|identify|calculate|convert|rewrite|rephrase|paraphrase|break\s+down"
+    r"|give\s+me|tell\s+me|show\s+me|help\s+me|teach\s+me|find\s+me|reply|respond|answer"
+    r"|replace|encode|encrypt|decode|reverse|spell|output|print|repeat)"
+)
+# Questions put *to the reader*; not "how do I …?" or "what is …?", which FAQ pages and
+# forum threads are full of.
+_QUESTION_OPENERS = r"(?:can|could|would|will)\s+you|do\s+you\s+know|is\s+this|are\s+these"
+
+# (words a pattern may start with, `_` for a space; the pattern): tried only where one of its
+# words starts.
+_TRIGGERED: list[tuple[str, str]] = [
+    # addressing the AI
+    (
+        "dear hey hello attention note message instruction calling",
+        rf"(?:dear|hey|hello|attention|note\s+(?:to|for)|message\s+(?:to|for)|instructions?"
+        rf"\s+(?:to|for)|calling\s+all)\s+(?:the\s+|an?\s+|all\s+|any\s+)?{_AI}s?\b",
+    ),
+    ("if_you", rf"if\s+you\s+are\s+(?:an?\s+|the\s+)?(?:\w+\s+){{0,2}}?{_AI}\b"),
+    (
+        "ai_ assistant agent llm language chatbot bot_ model gpt claude gemini copilot",
+        rf"{_AI}s?\s+(?:reading|processing|parsing|summari[sz]ing|seeing)\s+(?:this|these)\b",
+    ),
+    (
+        "message note request instruction",
+        r"(?:message|note|request|instruction)s?\s+from\s+(?:me|the\s+user|your\s+user|the\s+"
+        r"(?:owner|admin|administrator|developer))\b[^.\n]{0,80}?\bto\s+you\b",
+    ),
+    ("to_you,", r"to\s+you,\s+(?:\w+\s*){0,3}[,.]"),
+    # aimed at the output being written
+    (
+        "your assistant's ai's",
+        # not "thanks for / looking forward to / awaiting your reply": mail etiquette
+        r"(?<!for\s)(?<!to\s)(?<!await\s)(?<!awaiting\s)(?<!receive\s)(?<!receiving\s)"
+        r"(?<!received\s)(?:your|assistant's|ai's)\s+(?:\w+\s+)?(?:response|answer|reply"
+        r"|replies|elucidation|output)s?\b",
+    ),
+    (
+        "your",
+        rf"(?:(?<=in\s)|(?<=of\s)|(?<=into\s)|(?<=within\s)|(?<=from\s)|(?<![dr]\sto\s)"
+        rf"(?<=to\s))your\s+"
+        rf"(?:\w+\s+)?{_OUTPUT}s?\b",
+    ),
+    (
+        "following below subsequent",
+        rf"(?:following|below|subsequent)\s+(?:\w+\s+)?(?:code|snippet|lines?|block|section"
+        rf"|excerpt|segment|fragment)\b[^\n]{{0,120}}?\b(?:your\s+(?:\w+\s+)?{_CODE}|(?:the\s+)?"
+        rf"code\s+you\s+(?:develop|write|produce|create))\b",
+    ),
+    (
+        "your",
+        rf"your\s+(?:\w+\s+)?{_CODE}\b[^\n]{{0,80}}?\b(?:following|below|subsequent)\s+"
+        rf"(?:\w+\s+)?(?:code|snippet|block|section|excerpt)\b",
+    ),
+    (
+        "reply respond answer write",
+        r"(?:reply|respond|answer|write)\s+(?:only\s+)?(?:in|using|with)\s+(?:\w+\s+){0,2}?"
+        r"(?:base64|base58|hex|rot13|morse|binary|reverse|uppercase|lowercase|emojis?|german"
+        r"|french|spanish|italian|chinese|japanese|russian|portuguese|pig\s+latin|code|cipher"
+        r"|riddles?|rhymes?|anagrams?|caps)\b",
+    ),
+    # hijack framing
+    (
+        "important urgent critical priority",
+        r"(?:important|urgent|critical|priority)\s+(?:message"
+        r"|instructions?|notice|update|directive|task)\s+(?:from|for|to)\b",
+    ),
+    (
+        "before",
+        r"before\s+you\s+(?:can\s+|could\s+|do\s+|start\s+|begin\s+|go\s+on\s+)?(?:continue"
+        r"|proceed|solve|answer|respond|reply|complete|finish|start|begin|do\s+(?:that|this|so"
+        r"|anything)|summari[sz]e|move\s+on|carry\s+on|go\s+on|continuing|proceeding|answering"
+        r"|responding)",
+    ),
+    (
+        "instead rather",
+        r"(?:instead\s+of|rather\s+than)\s+(?:doing\s+|solving\s+|answering\s+|completing\s+)?"
+        r"(?:the|your|what)\s+(?:\w+\s+)?(?:user(?:'s)?|original|initial|current|given)\s+(?:\w+\s+)?"
+        r"(?:task|request|question|asked)",
+    ),
+    (
+        "task instruction order objective goal directive",
+        r"(?:(?<=new\s)|(?<=updated\s)|(?<=additional\s)|(?<=real\s)|(?<=actual\s)"
+        r"|(?<=secret\s)|(?<=hidden\s)|(?<=urgent\s)|(?<=first\s)|(?<=next\s))(?:task"
+        r"|instructions?|orders?|objective|goal|directive)\s*(?:for\s+you\s*)?[:\-]",
+    ),
+    (
+        "begin start",
+        r"(?:begin|start)\s+(?:of\s+)?(?:system|admin|developer)\s+(?:prompt|message"
+        r"|instructions?)\b",
+    ),
+    # asking for the instructions
+    (
+        "what which",
+        r"(?:what|which)\s+(?:are|were|is)\s+(?:your|the)\s+(?:\w+\s+)?(?:instructions|system"
+        r"\s+prompt|initial\s+prompt|guidelines|rules)\b",
+    ),
+    (
+        "repeat print reveal show output recite",
+        r"(?:repeat|print|reveal|show|output|recite)\s+(?:\w+\s+)?"
+        r"(?:your|the)\s+(?:\w+\s+)?(?:instructions|prompt|system\s+message|initial\s+message"
+        r"|configuration|guidelines)\b",
+    ),
+    # other languages: overriding instructions, aiming at the reply, addressing the AI
+    (
+        "ignor olvid vergiss esque dimentic игнор забуд",
+        r"(?:ignora|olvida|ignorar|ignoriere|vergiss|esqueça|dimentica|игнорируй|забудь)\b"
+        r"[^\n]{0,60}?\b(?:instrucciones|anweisungen|instruções|istruzioni|инструкции|reglas"
+        r"|regeln|regras|regole|правила)",
+    ),
+    (
+        "ignor oubli",
+        r"(?:ignorez|ignore|oubliez|oublie)\s+(?:toutes\s+)?(?:les|vos|tes)\s+(?:\w+\s+)?"
+        r"(?:instructions|consignes|règles)\b",
+    ),
+    (
+        "respuesta réponse antwort resposta risposta ответ",
+        r"(?:(?<=en tu )|(?<=dans ta )|(?<=dans votre )|(?<=in deiner )|(?<=in ihrer )"
+        r"|(?<=na sua )|(?<=nella tua )|(?<=в своём )|(?<=в своем )|(?<=в твоём )"
+        r"|(?<=в твоем )|(?<=в вашем ))"
+        r"(?:respuesta|réponse|antwort|resposta|risposta|ответе)\b",
+    ),
+    (
+        "querido estimado cher lieb caro cara дорог",
+        r"(?:querido|estimado|cher|chère|liebe[rs]?|caro|cara|дорогой)\s+(?:asistente|assistant"
+        r"|assistent|assistente|ассистент|ia|ki|ии)\b",
+    ),
+]
+# Counterfeit envelopes (start with a symbol), and CJK phrasings (no word boundaries).
+_MARKUP = (
+    re.compile(
+        r"<\s*/?\s*(?:information|important|instructions?|admin|administrator|secret|hidden"
+        r"|override|prompt|context|directive|note_to_ai|ai_instructions?"
+        r"|assistant_instructions?)\s*>"
+    ),
+    re.compile(
+        r"##+\s*\(?\s*(?:system|admin|developer|assistant|ai)[\s_-]*(?:message|prompt"
+        r"|instructions?|override|note)\s*\)?"
+    ),
+    re.compile(
+        r"\[\s*(?:system|admin|administrator|developer|assistant|ai|instructions?)\s*"
+        r"(?:message|note|override|prompt)?\s*\]\s*:?"
+    ),
+)
+_CJK = re.compile(
+    r"(?:忽略|无视|忘记|忽視)[^\n]{0,20}?(?:指令|指示|说明|提示)"
+    r"|在你的回答中|在您的回答中|你的回答|回答中加入"
+    r"|(?:指示|命令|プロンプト)を(?:無視|忘れ)|あなたの回答|回答に|返答に"
+)
+
+# A request standing as a sentence of its own at the start of a line or after a sentence's
+# end: a task verb, or a question to an assistant; or an order to put something into the
+# reader's output. Data may quote one inside a sentence; a sentence that *is* one, is a task.
+_TASK = re.compile(
+    rf"(?:please\s+|kindly\s+)?(?:{_TASK_VERBS})\s+(?:me\s+|us\s+)?(?:a|an|the|all|every|some"
+    rf"|this|these|that|how|what|why|your|my|our|in|into|to|with|using|each|its|their|any)\b(?=(?:\s+[^\n.!?\s]+){{3}})[^\n.!?]{{3,200}}[.!?]"
+    rf"|{_QUESTION_OPENERS}\b[^\n?]{{3,200}}\?"
+)
+# Orders about the reader's own output, at a sentence's start.
+_ORDER = (
+    rf"(?:(?:\w+|don't)\s+){{0,2}}?your\s+(?:\w+\s+)?message\b"
+    rf"|{_INSERT}\w*\s[^\n]{{0,60}}?\b(?:following|below|subsequent)\s+(?:\w+\s+)?"
+    rf"(?:code|snippet|block|section|excerpt)\b"
+)
+_TRIGGERS: dict[str, list[re.Pattern[str]]] = {}
+for _words, _pattern in _TRIGGERED:
+    _compiled = re.compile(_pattern)
+    for _word in _words.split():
+        _TRIGGERS.setdefault(_word.replace("_", " "), []).append(_compiled)
+# A task sentence opens a line or follows a sentence's end.
+_TASK_AT = re.compile(
+    r"(?:^[ \t>*\-]*|(?<=[.!?] ))(?:(?P<task>" + _TASK.pattern + ")|" + _ORDER + ")",
+    re.MULTILINE,
+)
+
+
+def scan_directives(v: TextViews) -> list[Finding]:
+    """Every instruction aimed at the AI in the text (see the module's docstring).
+
+    Each pattern starts with a trigger word, found with `str.find` (C speed) and tried only
+    there; task sentences only where a line or sentence starts with a word that can open
+    one. So the cost is a few passes of `find` plus work at the few places that matter."""
+    text, lower = v.text, v.lower
+    out: list[Finding] = []
+    ascii_only = lower.isascii()
+    for word, patterns in _TRIGGERS.items():
+        if ascii_only and not word.isascii():
+            continue
+        at = lower.find(word)
+        while at != -1:
+            if at == 0 or not lower[at - 1].isalpha():
+                for pattern in patterns:
+                    m = pattern.match(lower, at)
+                    if m is not None:
+                        out.append(_finding(text, *m.span()))
+            at = lower.find(word, at + 1)
+    for start in _sentence_starts(lower):
+        m = _TASK_AT.match(lower, start)
+        if m is not None and (m.group("task") is None or _ends_sentence(lower, m.end())):
+            out.append(_finding(text, *m.span()))
+    for pattern in _MARKUP:
+        out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
+    if not lower.isascii():
+        out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
+    return out
+
+
+def _sentence_starts(lower: str) -> list[int]:
+    """Where lines and sentences start (at or before their first word)."""
+    starts = [0]
+    for mark in ("\n", ". ", "? ", "! "):
+        at = lower.find(mark)
+        while at != -1:
+            starts.append(at + (1 if mark == "\n" else 2))
+            at = lower.find(mark, at + 1)
+    return starts
+
+
+def _ends_sentence(lower: str, end: int) -> bool:
+    """A task sentence ends a line, the text, or is followed by another sentence."""
+    rest = lower[end : end + 2]
+    return rest == "" or rest[0] in "\n\r" or rest.isspace() or rest[0] in " \t\"'"
+
+
+def _finding(text: str, start: int, end: int) -> Finding:
+    return Finding(
+        detector="injection.directive",
+        category="injection",
+        start=start,
+        end=end,
+        value=text[start:end],
+    )
