@@ -187,6 +187,9 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=openapi_config(app_version, **docs_serving(settings.base_path)),
         request_max_body_size=settings.max_body_bytes,
+        # Logging is set up once by `aap-server serve` (telemetry/logs.py), not by Litestar,
+        # whose default config would give its loggers and the root a format of its own.
+        logging_config=None,
         state=State(
             {
                 "settings": settings,

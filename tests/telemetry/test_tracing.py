@@ -110,8 +110,7 @@ async def test_a_turn_is_a_span_tree_request_turn_steps(traced: Traced) -> None:
     assert turn["gen_ai.conversation.id"] == session_id
     assert turn["gen_ai.request.model"]
     assert turn["aap.request.id"] == "req-turn-1"
-    turn_ids = {record["turnId"] for record in audit if record["turnId"] == turn["aos.turn_id"]}
-    assert turn_ids == {turn["aos.turn_id"]}
+    assert turn["aos.turn_id"] in {record["turnId"] for record in audit}
 
     # One step span per audited check of this turn, each a child of the turn span.
     steps = [span for span in spans if "aos.step_id" in attrs(span)]
