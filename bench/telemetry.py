@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from pathlib import Path
 import httpx
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.conftest
 
 from aap_server import aos
 from aap_server.api import create_app
@@ -86,9 +89,11 @@ async def end_to_end(rounds: int, turns: int, workdir: Path) -> None:
             created = await client.post("/sessions", json={"agent": {"name": "demo"}})
             sessions[name] = created.json()["sessionId"]
             await turn_times(client, sessions[name], 20)  # warm up
-        for _ in range(rounds):
-            for name, client in clients.items():
-                results[name].extend(await turn_times(client, sessions[name], turns))
+        names = list(clients)
+        for round_number in range(rounds):
+            # Alternate which goes first: neither gets the warmer machine every round.
+            for name in names if round_number % 2 == 0 else names[::-1]:
+                results[name].extend(await turn_times(clients[name], sessions[name], turns))
         for client in clients.values():
             await client.aclose()
     provider.shutdown()

@@ -4,6 +4,8 @@ agents, stop reasons, AOS methods, decisions, the policy's rule ids."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -85,6 +87,25 @@ class Metrics:
         )
         info = Gauge("aap_build_info", "The server's version", ["version"], registry=registry)
         info.labels(version=version).set(1)
+
+        # Each check updates three series: their label lookups (a lock each) are done once.
+        self._by_method: dict[str, tuple[Any, Any]] = {}
+        self._by_verdict: dict[tuple[str, str], Any] = {}
+
+    def step_checked(self, method: str, decision: str, rule: str, seconds: float) -> None:
+        by_method = self._by_method.get(method)
+        if by_method is None:
+            by_method = self._by_method[method] = (
+                self.steps.labels(method),
+                self.guardian_seconds.labels(method),
+            )
+        steps, latency = by_method
+        steps.inc()
+        latency.observe(seconds)
+        verdict = self._by_verdict.get((decision, rule))
+        if verdict is None:
+            verdict = self._by_verdict[decision, rule] = self.verdicts.labels(decision, rule)
+        verdict.inc()
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)

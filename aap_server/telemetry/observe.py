@@ -89,11 +89,9 @@ class Observer:
         latency_ns: int,
     ) -> None:
         self.steps += 1
-        metrics = self.telemetry.metrics
-        method = request.method
-        metrics.steps.labels(method).inc()
-        metrics.verdicts.labels(verdict.decision, rule_id or "").inc()
-        metrics.guardian_seconds.labels(method).observe(latency_ns / 1e9)
+        self.telemetry.metrics.step_checked(
+            request.method, verdict.decision, rule_id or "", latency_ns / 1e9
+        )
         tracer = self.telemetry.tracer
         if tracer is not None:
             self._step_span(tracer, request, verdict, rule_id, latency_ns)
