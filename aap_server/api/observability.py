@@ -24,6 +24,8 @@ access_log = logging.getLogger("aap_server.access")
 # Requests not routed to a handler (CORS preflights, 404s, paths outside the base path) share
 # one label: raw paths would let any client add label values without bound.
 UNROUTED = "unrouted"
+# Any token is a method to the HTTP server: others than these share one label value.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _MAX_LOGGED_PATH = 256
 
 
@@ -81,7 +83,7 @@ class ObservabilityMiddleware:
             # Litestar writes the matched route's template into the scope while routing.
             template = scope.get("path_template") or None
             route = template or UNROUTED
-            labels = (method, route, str(status))
+            labels = (method if method in _METHODS else "other", route, str(status))
             metrics.requests.labels(*labels).inc()
             metrics.request_seconds.labels(*labels).observe(seconds)
             access_log.info(

@@ -64,8 +64,17 @@ async def test_scrape_after_real_traffic(tmp_path: Path) -> None:
         for number in range(20):
             missing = await h.client.get(f"/sessions/sess_missing{number}")
             assert missing.status_code == 404
+        # So do made-up methods. httptools refuses them before the app, h11 passes any token:
+        # sent straight to the app here.
+        transport = httpx.ASGITransport(app=h.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as direct:
+            for number in range(5):
+                odd = await direct.request(f"BREW{number}", f"/sessions/{session_id}")
+                assert odd.status_code == 405
         samples = await scrape(h.client)
 
+    assert not any("BREW" in str(labels) for (_, labels) in samples)
+    assert total(samples, "aap_http_requests_total", method="other") == 5
     route = "/sessions/{session_id}/turns"
     assert value(samples, "aap_http_requests_total", method="POST", route=route, status="200") == 3
     assert (
