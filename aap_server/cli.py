@@ -116,20 +116,24 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from aap_server.api import create_app
+    from aap_server.api.drain import DrainingServer
 
     try:
         app = create_app(settings)
     except TracingError as error:
         raise ConfigError(str(error)) from error
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is left
+        # is connections finishing their last bytes.
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
         access_log=False,  # ours has the request id (api/observability.py)
         log_config=None,  # keep the one format configure_logging set up
     )
+    DrainingServer(config, app.state.drain).run()
     return 0
 
 
@@ -206,6 +210,42 @@ def policy_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def audit_verify(args: argparse.Namespace) -> int:
+    """Check every audit hash chain; exit 1 naming each chain that breaks and where."""
+    import asyncio
+
+    from aap_server.store import SqliteSessionStore
+    from aap_server.store.verify import verify_store
+
+    settings = _settings(args)
+    if settings.db != ":memory:" and not Path(settings.db).is_file():
+        print(f"aap-server: {settings.db}: no such database file", file=sys.stderr)
+        return 2
+
+    async def run() -> tuple[int, int, int]:
+        chains = entries = broken = 0
+        store = SqliteSessionStore(settings.db)
+        await store.open()
+        try:
+            async for report in verify_store(store):
+                chains += 1
+                entries += report.entries
+                if report.broken_at is not None:
+                    broken += 1
+                    print(
+                        f"BROKEN {report.chain} (owner {report.owner}): entry seq "
+                        f"{report.broken_at} does not match its hash or the entry before it "
+                        f"({report.entries} entries before it hold)"
+                    )
+        finally:
+            await store.close()
+        return chains, entries, broken
+
+    chains, entries, broken = asyncio.run(run())
+    print(f"{chains} chains, {entries} entries verified, {broken} broken")
+    return 1 if broken else 0
+
+
 def package_version() -> str:
     try:
         return version("aap-server")
@@ -264,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     openapi_parser.add_argument("--config", help="TOML configuration file")
     openapi_parser.set_defaults(handler=export_openapi)
+
+    audit_parser = commands.add_parser("audit", help="check the audit trail")
+    audit_commands = audit_parser.add_subparsers(dest="audit_command", required=True)
+    verify_parser = audit_commands.add_parser(
+        "verify", help="check every audit hash chain (exit 1 if one breaks)"
+    )
+    verify_parser.add_argument("--db", help="SQLite database file (default ./aap.db)")
+    verify_parser.add_argument("--config", help="TOML configuration file")
+    verify_parser.set_defaults(handler=audit_verify)
 
     policy_parser = commands.add_parser("policy", help="check or test a guardian policy file")
     policy_commands = policy_parser.add_subparsers(dest="policy_command", required=True)

@@ -95,6 +95,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # How long a permission request (tool_call + stopReason tool_use) waits for its answer.
     approval_timeout_seconds: float = 3600.0
     shutdown_grace_seconds: float = 30.0
+    # GET /health pings the guardians at most this often; callers in between share the answer.
+    health_cache_seconds: float = 10.0
+    # How long a deleted session's audit chain, and POST /aos callers' entries, are kept.
+    audit_retention_days: float = 90.0
+    # Per principal (API key; an open server is one principal). 0: no limit.
+    rate_limit_per_second: float = 100.0
+    rate_limit_burst: int = 500
+    max_concurrent_turns: int = 16
+    max_sessions: int = 10_000
+    max_stored_bytes: int = 1024**3
     log_level: str = "info"
     # Every log line (ours, uvicorn's) as one JSON object, or a readable console line.
     log_format: Literal["json", "console"] = "console"
@@ -139,15 +149,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "max_blocks_per_message",
             "max_tools_per_request",
             "max_option_bytes",
+            "rate_limit_burst",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        for name in (
+            "rate_limit_per_second",
+            "max_concurrent_turns",
+            "max_sessions",
+            "max_stored_bytes",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 (no limit) or more")
         for name in (
             "sse_ping_seconds",
             "guardian_timeout_seconds",
             "turn_timeout_seconds",
             "approval_timeout_seconds",
             "shutdown_grace_seconds",
+            "health_cache_seconds",
+            "audit_retention_days",
             "policy_poll_seconds",
         ):
             if getattr(self, name) <= 0:

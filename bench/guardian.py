@@ -151,6 +151,9 @@ def start_remote(
         "AAP_PORT": str(port),
         "AAP_DB": str(Path(workdir) / "remote.db"),
         "AAP_LOG_LEVEL": "warning",
+        # Every check comes from one (open) principal: per-key limits off.
+        "AAP_RATE_LIMIT_PER_SECOND": "0",
+        "AAP_MAX_STORED_BYTES": "0",
         **(extra_env or {}),
     }
     process = subprocess.Popen(

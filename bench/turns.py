@@ -41,6 +41,8 @@ def free_port() -> int:
 
 def start_server(port: int, db: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "AAP_API_KEYS": f"{KEY}:bench:bench", "AAP_LOG_LEVEL": "warning"}
+    # One key drives the whole load: per-key limits (README "Limits per principal") off.
+    env.update(AAP_RATE_LIMIT_PER_SECOND="0", AAP_MAX_CONCURRENT_TURNS="0")
     command = [
         sys.executable,
         "-m",

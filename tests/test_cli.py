@@ -34,15 +34,16 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def no_uvicorn(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
-    """Replace uvicorn.run: record its arguments instead of serving."""
-    import uvicorn
+    """Replace the server's run: record its configuration instead of serving."""
+    from aap_server.api.drain import DrainingServer
 
     calls: list[dict[str, object]] = []
 
-    def fake_run(app: object, **kwargs: object) -> None:
-        calls.append({"app": app, **kwargs})
+    def fake_run(server: DrainingServer, sockets: object = None) -> None:
+        config = server.config
+        calls.append({"app": config.app, "host": config.host, "port": config.port})
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(DrainingServer, "run", fake_run)
     return calls
 
 
@@ -343,3 +344,13 @@ def test_policy_check_of_the_shipped_policy_has_no_warnings(
 ) -> None:
     assert cli.main(["policy", "check", str(DEFAULT_POLICY)]) == 0
     assert capsys.readouterr().err == ""
+
+
+# `audit verify` checks a database; it never creates an empty one where none was.
+def test_audit_verify_of_a_missing_database_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.db"
+    assert cli.main(["audit", "verify", "--db", str(missing)]) == 2
+    assert "no such database file" in capsys.readouterr().err
+    assert not missing.exists()

@@ -115,6 +115,13 @@ def test_user_and_org_ids_cannot_hold_the_owner_separator(tmp_path: Path) -> Non
         ({"AAP_PUBLIC_META": "perhaps"}, "AAP_PUBLIC_META"),
         ({"AAP_TURN_TIMEOUT_SECONDS": "0"}, "AAP_TURN_TIMEOUT_SECONDS"),
         ({"AAP_LOG_LEVEL": "chatty"}, "AAP_LOG_LEVEL"),
+        ({"AAP_RATE_LIMIT_PER_SECOND": "-1"}, "AAP_RATE_LIMIT_PER_SECOND"),
+        ({"AAP_RATE_LIMIT_BURST": "0"}, "AAP_RATE_LIMIT_BURST"),
+        ({"AAP_MAX_CONCURRENT_TURNS": "-1"}, "AAP_MAX_CONCURRENT_TURNS"),
+        ({"AAP_MAX_SESSIONS": "-5"}, "AAP_MAX_SESSIONS"),
+        ({"AAP_MAX_STORED_BYTES": "-1"}, "AAP_MAX_STORED_BYTES"),
+        ({"AAP_AUDIT_RETENTION_DAYS": "0"}, "AAP_AUDIT_RETENTION_DAYS"),
+        ({"AAP_HEALTH_CACHE_SECONDS": "0"}, "AAP_HEALTH_CACHE_SECONDS"),
     ],
 )
 def test_invalid_environment_value_error_names_the_variable(
@@ -275,3 +282,14 @@ def test_a_malformed_base_path_is_refused_naming_it(base_path: str) -> None:
 def test_base_path_from_the_environment() -> None:
     assert load_settings(environ={"AAP_BASE_PATH": "/api/v1"}).base_path == "/api/v1"
     assert Settings().base_path == ""
+
+
+# Issue 7 (LLM10): every limit is on by default, and 0 turns one off.
+def test_limits_are_on_by_default_and_zero_turns_them_off() -> None:
+    defaults = load_settings(environ={})
+    assert defaults.rate_limit_per_second > 0
+    assert defaults.max_concurrent_turns > 0
+    assert defaults.max_sessions > 0
+    assert defaults.max_stored_bytes > 0
+    off = load_settings(environ={"AAP_MAX_SESSIONS": "0", "AAP_RATE_LIMIT_PER_SECOND": "0"})
+    assert (off.max_sessions, off.rate_limit_per_second) == (0, 0)

@@ -22,9 +22,11 @@ Decisions (see also the route's OpenAPI description):
 - Session memory (call counts, taint, placeholders) of `POST /aos` checks is kept apart per
   caller (see `CheckScope`): an external agent naming a hosted session's id in its context
   neither reads nor changes that session's memory, nor another caller's.
-- Audit: the steps are the caller's, not one of our sessions', so each verdict is one
-  metadata-only JSON line on the `aap_server.audit` logger (caller, the caller's session, turn
-  and step ids, method, decision, reason codes, rule id, policy hash, latency).
+- Audit: the steps are the caller's, not one of our sessions', so each verdict goes to the
+  caller's own hash-chained audit chain in the store (`GET /aos/audit`; metadata only: the
+  caller's turn and AOS step ids, method, decision, reason codes, rule id, policy hash,
+  latency), written before the answer is sent, whatever the log level. It is also one JSON
+  line on the `aap_server.audit` logger at INFO (which adds the caller's session id).
 - `ping` is answered by the server itself (`status: "connected"`, the package version, the UTC
   time): the endpoint is up and the in-process guardian cannot be "disconnected".
 - A batch is answered in request order; its entries are checked concurrently, at most
@@ -40,10 +42,11 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
-from litestar import MediaType, Request, Response, post
+from litestar import MediaType, Request, Response, get, post
+from litestar.params import Parameter
 from litestar.status_codes import HTTP_200_OK, HTTP_204_NO_CONTENT
 
 from aap_server.aos import (
@@ -67,7 +70,9 @@ from aap_server.api.auth import provide_principal, require_principal
 from aap_server.api.openapi import AOS_PATH, ERROR_RESPONSES
 from aap_server.guardian import CheckScope, FailClosed, check_scope
 from aap_server.ids import utc_now_iso
-from aap_server.runtime import AapService
+from aap_server.protocol import GetAuditResponse
+from aap_server.runtime import AapService, InvalidRequestError
+from aap_server.store import AuditDraft, InvalidCursorError, SessionStore, caller_chain
 
 logger = logging.getLogger("aap_server.api.aos")
 
@@ -164,17 +169,23 @@ class AosDispatcher:
     """JSON-RPC 2.0 over one guardian: raw request body in, raw response body out (or `None`
     when nothing is to be answered). Knows nothing of HTTP."""
 
-    def __init__(self, guardian: FailClosed, version: str, namespace: str) -> None:
+    def __init__(self, guardian: FailClosed, version: str, owner: str, store: SessionStore) -> None:
         self.guardian = guardian
         self.version = version
-        self.scope = CheckScope(namespace=namespace)
+        self.owner = owner
+        self.store = store
+        self.scope = CheckScope(namespace=caller_chain(owner))
+        self._audit: list[AuditDraft] = []
 
     async def handle(self, body: bytes) -> bytes | None:
         token = check_scope.set(self.scope)  # batch entries' tasks inherit it
         try:
-            return await self._handle(body)
+            answer = await self._handle(body)
         finally:
             check_scope.reset(token)
+        # Recorded before anything is answered: no verdict leaves without its record.
+        await self.store.append_audit(self.scope.namespace, self.owner, self._audit)
+        return answer
 
     async def _handle(self, body: bytes) -> bytes | None:
         try:  # fast path: one well-formed request, decoded straight into its type
@@ -264,26 +275,38 @@ class AosDispatcher:
             return _error(request.id, INTERNAL_ERROR, "Internal server error")
 
     def _record(self, request: AosRequest, verdict: AosSuccessResult, latency_us: int) -> None:
-        """One metadata-only line per verdict on the `aap_server.audit` logger: these steps
-        belong to the caller's sessions, not to one of ours, so they have no session trail."""
-        if not audit_logger.isEnabledFor(logging.INFO):
-            return
+        """Queue the verdict for the caller's audit chain (metadata only), and log it."""
         context = getattr(request.params, "context", None)
         data = verdict.data if isinstance(verdict.data, dict) else {}
         rule_id, policy_hash = data.get("ruleId"), data.get("policyHash")
-        record = AosVerdictRecord(
-            caller=self.scope.namespace,
-            session_id=context.session.id if context is not None else None,
-            turn_id=context.turn_id if context is not None else None,
-            step_id=str(request.id),
+        # The AOS step id (the JSON-RPC id only when the method carries no step context).
+        step_id = context.step_id if context is not None else str(request.id)
+        draft = AuditDraft(
+            turn_id=context.turn_id if context is not None else "",
+            step_id=step_id,
             method=request.method,
             decision=verdict.decision,
             reason_codes=list(verdict.reason_code or []),
+            latency_us=latency_us,
+            at=utc_now_iso(),
             rule_id=rule_id if isinstance(rule_id, str) else None,
             policy_hash=policy_hash if isinstance(policy_hash, str) else None,
-            latency_us=latency_us,
         )
-        audit_logger.info("%s", _encoder.encode(record).decode())
+        self._audit.append(draft)
+        if audit_logger.isEnabledFor(logging.INFO):
+            record = AosVerdictRecord(
+                caller=self.scope.namespace,
+                session_id=context.session.id if context is not None else None,
+                turn_id=context.turn_id if context is not None else None,
+                step_id=step_id,
+                method=request.method,
+                decision=verdict.decision,
+                reason_codes=draft.reason_codes,
+                rule_id=draft.rule_id,
+                policy_hash=draft.policy_hash,
+                latency_us=latency_us,
+            )
+            audit_logger.info("%s", _encoder.encode(record).decode())
 
     def _ping(self) -> PingResult:
         return PingResult(status="connected", version=self.version, timestamp=utc_now_iso())
@@ -305,7 +328,7 @@ class AosDispatcher:
     status_code=HTTP_200_OK,
     guards=[require_principal],  # authenticate before reading any body
     security=[{"bearer": []}],
-    responses=ERROR_RESPONSES(401, 413),
+    responses=ERROR_RESPONSES(401, 413, 429, 503),
 )
 async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     """One AOS request, or a batch of them, answered with the verdict of this server's
@@ -314,8 +337,41 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     state = request.app.state
     principal = await provide_principal(request)
     service: AapService = state.service  # its guardian: the turn engine's, as it fails closed
-    dispatcher = AosDispatcher(service.guardian, state.version, f"aos:{principal.owner}")
+    dispatcher = AosDispatcher(service.guardian, state.version, principal.owner, service.store)
     answer = await dispatcher.handle(await request.body())
     if answer is None:
         return Response(b"", status_code=HTTP_204_NO_CONTENT)
     return Response(answer, status_code=HTTP_200_OK, media_type=MediaType.JSON)
+
+
+@get(
+    AOS_PATH + "/audit",
+    summary="Get the caller's POST /aos audit trail",
+    tags=["aos"],
+    guards=[require_principal],
+    security=[{"bearer": []}],
+    responses=ERROR_RESPONSES(400, 401, 429),
+)
+async def get_aos_audit(
+    request: Request[Any, Any, Any],
+    after: Annotated[
+        str | None,
+        Parameter(description="The `next` cursor of the previous page", max_length=512),
+    ] = None,
+) -> GetAuditResponse:
+    """Every verdict `POST /aos` gave the caller, oldest first, hash-chained like a session's
+    trail (each entry's `hash` covers the previous entry's). `stepId` and `turnId` are the
+    caller's own AOS step and turn ids. Metadata only: no checked payloads. Entries older
+    than `audit_retention_days` are pruned from the front (the newest is always kept)."""
+    principal = await provide_principal(request)
+    service: AapService = request.app.state.service
+    try:
+        page = await service.store.load_audit(
+            caller_chain(principal.owner), after, service.page_size
+        )
+    except InvalidCursorError as error:
+        raise InvalidRequestError(
+            "after: not a cursor this server issued; pass the `next` value of a previous page",
+            code="invalid_cursor",
+        ) from error
+    return GetAuditResponse(records=page.records, next=page.next)

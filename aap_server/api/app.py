@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
+import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
@@ -15,15 +16,16 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from aap_server.agent import Agent
-from aap_server.api.aos_endpoint import post_aos
+from aap_server.api.aos_endpoint import get_aos_audit, post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.banner import log_banner
 from aap_server.api.base_path import BasePathMount
 from aap_server.api.console import console_routes
 from aap_server.api.cors import CorsMiddleware
 from aap_server.api.docs import docs_serving
+from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS
-from aap_server.api.health import get_health
+from aap_server.api.health import HealthCache, get_health
 from aap_server.api.metrics import metrics_routes
 from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
@@ -36,8 +38,9 @@ from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
 from aap_server.guardian.remote import RemoteGuardian
 from aap_server.runtime import AapService, AgentRegistry, RequestLimits
+from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.loading import load_agents
-from aap_server.store import SessionStore
+from aap_server.store import SessionStore, StoreLimits
 from aap_server.store.sqlite import SqliteSessionStore
 from aap_server.telemetry import Telemetry, provider_from_environment, tracer_of
 
@@ -45,6 +48,24 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 logger = logging.getLogger("aap_server")
+
+AUDIT_PRUNE_INTERVAL_SECONDS = 3600.0
+"""How often expired audit entries are pruned (in the background, in small batches)."""
+_DAY_MS = 86_400_000
+
+
+async def prune_audit_forever(store: SessionStore, retention_days: float) -> None:
+    """Drop audit chains of sessions deleted longer than the retention ago, and older POST /aos
+    entries: at start, then every AUDIT_PRUNE_INTERVAL_SECONDS, a batch per transaction so
+    turns' writes interleave (off the request path: no request pays for it)."""
+    while True:
+        try:
+            cutoff = time.time_ns() // 1_000_000 - int(retention_days * _DAY_MS)
+            while await store.prune_audit(cutoff):  # each batch awaits the database thread
+                continue
+        except Exception:
+            logger.exception("pruning the audit trail failed; retrying later")
+        await asyncio.sleep(AUDIT_PRUNE_INTERVAL_SECONDS)
 
 
 def package_version() -> str:
@@ -100,7 +121,15 @@ def create_app(
             use_entry_points=settings.entry_point_agents,
         )
     hosted_agents = list(agents)
-    store = store or SqliteSessionStore(settings.db)
+    store = store or SqliteSessionStore(
+        settings.db,
+        StoreLimits(max_sessions=settings.max_sessions, max_stored_bytes=settings.max_stored_bytes),
+    )
+    principal_limits = PrincipalLimits(
+        requests_per_second=settings.rate_limit_per_second,
+        burst=settings.rate_limit_burst,
+        max_concurrent_turns=settings.max_concurrent_turns,
+    )
     # One guardian: the turn engine's and POST /aos's.
     reloader: PolicyReloader | None = None
     policy: Policy | None = None  # for the start-up banner
@@ -139,13 +168,18 @@ def create_app(
             max_option_bytes=settings.max_option_bytes,
         ),
         telemetry=telemetry,
+        principal_limits=principal_limits,
     )
 
     watcher: list[asyncio.Task[None]] = []
+    drain = Drain(service, settings.shutdown_grace_seconds)
 
     async def open_store() -> None:
         await store.open()
         log_banner(settings, hosted_agents, policy, guardian_names, app_version, tracer is not None)
+        watcher.append(
+            asyncio.create_task(prune_audit_forever(store, settings.audit_retention_days))
+        )
         if settings.guardians:
             await log_guardian_health(guardian)
         if reloader is not None:
@@ -179,11 +213,13 @@ def create_app(
             get_health,
             SessionsController,
             post_aos,
+            get_aos_audit,
             *console_routes(settings),
             *metrics_routes(settings),
         ],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
+        before_request=drain.refuse_new_work,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=openapi_config(app_version, **docs_serving(settings.base_path)),
         request_max_body_size=settings.max_body_bytes,
@@ -194,7 +230,9 @@ def create_app(
             {
                 "settings": settings,
                 "service": service,
-                "guardian": guardian,  # for GET /health; checks go through the service's
+                "health": HealthCache(guardian, settings.health_cache_seconds),
+                "drain": drain,
+                "limits": principal_limits,
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
                 "telemetry": telemetry,  # GET /metrics reads it

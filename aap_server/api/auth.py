@@ -12,6 +12,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from aap_server.config import ApiKey
 from aap_server.runtime import LOCAL_PRINCIPAL, Principal
+from aap_server.runtime.limits import PrincipalLimits
 
 _PRINCIPAL = "aap_principal"  # where the guard leaves the caller in the request's state
 
@@ -49,9 +50,11 @@ class Authenticator:
         return found
 
 
-def _authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     authenticator: Authenticator = connection.app.state.authenticator
     principal = authenticator.principal(connection.headers.get("authorization"))
+    limits: PrincipalLimits = connection.app.state.limits
+    limits.admit_request(principal.owner)  # 429 past the principal's request rate
     connection.state[_PRINCIPAL] = principal
     return principal
 
@@ -62,7 +65,7 @@ async def require_principal(
     """Guard: authenticate before anything else, so that a caller without a valid key gets
     401 and nothing else (no 400 or 413 about a body the server has not even read)."""
     if not (isinstance(connection, Request) and connection.method == "OPTIONS"):
-        _authenticate(connection)  # (OPTIONS lists the allowed methods, nothing else)
+        authenticate(connection)  # (OPTIONS lists the allowed methods, nothing else)
 
 
 async def require_principal_unless_public_meta(
@@ -70,7 +73,7 @@ async def require_principal_unless_public_meta(
 ) -> None:
     """Guard of `GET /meta`: public unless the `public_meta` setting is off."""
     if not connection.app.state.settings.public_meta:
-        _authenticate(connection)
+        authenticate(connection)
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
@@ -78,4 +81,4 @@ async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
     principal = request.state.get(_PRINCIPAL)
     if isinstance(principal, Principal):
         return principal
-    return _authenticate(request)  # a route without the guard still authenticates
+    return authenticate(request)  # a route without the guard still authenticates

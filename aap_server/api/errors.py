@@ -20,6 +20,8 @@ from aap_server.runtime import (
     NotFoundError,
     UnavailableError,
 )
+from aap_server.runtime.limits import RateLimitedError
+from aap_server.store import QuotaExceededError
 
 logger = logging.getLogger("aap_server.api")
 
@@ -27,6 +29,7 @@ STATUS_BY_ERROR: dict[type[AapError], int] = {
     InvalidRequestError: 400,
     NotFoundError: 404,
     ConflictError: 409,
+    RateLimitedError: 429,
     UnavailableError: 503,
 }
 
@@ -39,6 +42,7 @@ CODE_BY_STATUS = {
     405: "method_not_allowed",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    429: "rate_limited",
     500: "internal_error",
     503: "unavailable",
 }
@@ -61,7 +65,10 @@ def handle_domain_error(_: Request[Any, Any, Any], error: Exception) -> Response
     assert isinstance(error, AapError)
     status = next(s for cls, s in STATUS_BY_ERROR.items() if isinstance(error, cls))
     headers = None
-    if isinstance(error, ConflictError) and error.retry_after_seconds is not None:
+    if (
+        isinstance(error, ConflictError | RateLimitedError)
+        and error.retry_after_seconds is not None
+    ):
         headers = {"Retry-After": str(error.retry_after_seconds)}
     if isinstance(error, UnavailableError):
         headers = {"Retry-After": "5"}
@@ -85,6 +92,24 @@ def _field_problem(key: str, message: str, source: str | None) -> tuple[str, str
     if missing:
         return (f"{key}.{missing[1]}" if key else missing[1]), "required field is missing"
     return (key or "body"), message
+
+
+QUOTA_HINTS = {
+    "sessions": "delete sessions you no longer need",
+    "stored_bytes": "delete sessions (with their history) you no longer need",
+}
+
+
+def handle_quota_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    """A per-principal quota of the store: 429 without Retry-After (waiting does not help)."""
+    assert isinstance(error, QuotaExceededError)
+    return error_response(
+        429,
+        "quota_exceeded",
+        f"{error.kind}: the quota of {error.limit} per API key is reached "
+        f"({error.used} used); {QUOTA_HINTS[error.kind]}",
+        {"quota": error.kind, "limit": error.limit, "used": error.used},
+    )
 
 
 def handle_validation_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
@@ -146,6 +171,7 @@ def handle_unexpected_error(request: Request[Any, Any, Any], error: Exception) -
 
 EXCEPTION_HANDLERS = {
     AapError: handle_domain_error,
+    QuotaExceededError: handle_quota_error,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_error,
     RecursionError: handle_recursion_error,

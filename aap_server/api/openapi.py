@@ -26,7 +26,9 @@ _ERROR_DESCRIPTIONS = {
     404: "Unknown session (or not yours), or history type not provided by the agent",
     409: "The session is running another turn (see Retry-After) or awaits tool results",
     413: "Request body larger than the configured limit",
-    503: "The server is shutting down",
+    429: "A per-API-key limit: request rate or concurrent turns (see Retry-After), or a "
+    "quota of sessions or stored bytes (`quota_exceeded`, no Retry-After)",
+    503: "The server is shutting down: it takes no new work (see Retry-After)",
 }
 
 

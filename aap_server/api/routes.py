@@ -62,7 +62,7 @@ class SessionsController(Controller):
     dependencies = {"principal": Provide(provide_principal)}  # noqa: RUF012
     security = [{"bearer": []}]  # noqa: RUF012
 
-    @get(summary="List sessions", responses=ERROR_RESPONSES(400, 401))
+    @get(summary="List sessions", responses=ERROR_RESPONSES(400, 401, 429))
     async def list_sessions(
         self,
         request: Request[Any, Any, Any],
@@ -75,7 +75,7 @@ class SessionsController(Controller):
     @post(
         summary="Create a new session",
         status_code=HTTP_201_CREATED,
-        responses=ERROR_RESPONSES(400, 401, 413),
+        responses=ERROR_RESPONSES(400, 401, 413, 429, 503),
     )
     async def create_session(
         self,
@@ -86,7 +86,11 @@ class SessionsController(Controller):
         """Creates a session (the agent is not run until the first turn)."""
         return await _service(request).create_session(principal, data)
 
-    @get("/{session_id:str}", summary="Get a session by ID", responses=ERROR_RESPONSES(401, 404))
+    @get(
+        "/{session_id:str}",
+        summary="Get a session by ID",
+        responses=ERROR_RESPONSES(401, 404, 429),
+    )
     async def get_session(
         self, request: Request[Any, Any, Any], principal: Caller, session_id: SessionId
     ) -> SessionInfo:
@@ -97,18 +101,19 @@ class SessionsController(Controller):
         "/{session_id:str}",
         summary="Delete a session",
         status_code=HTTP_204_NO_CONTENT,
-        responses=ERROR_RESPONSES(401, 404),
+        responses=ERROR_RESPONSES(401, 404, 429, 503),
     )
     async def delete_session(
         self, request: Request[Any, Any, Any], principal: Caller, session_id: SessionId
     ) -> None:
-        """Deletes the session and all its history."""
+        """Deletes the session and all its history. Its audit trail (metadata only) is kept
+        for `audit_retention_days`."""
         await _service(request).delete_session(principal, session_id)
 
     @get(
         "/{session_id:str}/audit",
         summary="Get the session's audit trail",
-        responses=ERROR_RESPONSES(400, 401, 404),
+        responses=ERROR_RESPONSES(400, 401, 404, 429),
     )
     async def get_audit(
         self,
@@ -124,7 +129,7 @@ class SessionsController(Controller):
     @get(
         "/{session_id:str}/history",
         summary="Get session history",
-        responses=ERROR_RESPONSES(400, 401, 404),
+        responses=ERROR_RESPONSES(400, 401, 404, 429),
     )
     async def get_history(
         self,
@@ -146,7 +151,7 @@ class SessionsController(Controller):
         "/{session_id:str}/turns",
         summary="Send a new turn to an existing session",
         status_code=HTTP_200_OK,
-        responses=ERROR_RESPONSES(400, 401, 404, 409, 413, 503),
+        responses=ERROR_RESPONSES(400, 401, 404, 409, 413, 429, 503),
     )
     async def post_turn(
         self,
@@ -163,9 +168,9 @@ class SessionsController(Controller):
             # A Litestar Response: JSON, encoded by msgspec (the annotation covers SSE only).
             return Response(await none_view(turn.events()))  # type: ignore[return-value]
         view = delta_view if turn.mode == "delta" else message_view
-        settings = request.app.state.settings
+        state = request.app.state
         return EventSourceResponse(
-            sse_frames(view(turn.events())),
-            ping=settings.sse_ping_seconds,
+            state.drain.track(sse_frames(view(turn.events()))),
+            ping=state.settings.sse_ping_seconds,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

@@ -38,6 +38,7 @@ from aap_server.runtime.errors import (
     UnavailableError,
 )
 from aap_server.runtime.events import EngineEvent
+from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import (
     SECRET_PLACEHOLDER,
@@ -130,6 +131,7 @@ class AapService:
         refuse_modified_input: bool = False,
         limits: RequestLimits | None = None,
         telemetry: Telemetry | None = None,
+        principal_limits: PrincipalLimits | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -149,6 +151,8 @@ class AapService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
+        # Concurrent turns per principal.
+        self.principal_limits = principal_limits or PrincipalLimits()
 
     # --- meta and sessions ------------------------------------------------------------------
 
@@ -311,6 +315,7 @@ class AapService:
         # Take the lock first, then read everything the turn needs in one go: the previous
         # turn stored its results before releasing the lock, so this read is current.
         turn = Turn(new_id("turn_"), request.stream or "none")
+        self.principal_limits.start_turn(principal.owner)
         self._active[session_id] = turn.turn_id
         observed: TurnObservation | None = None
         try:
@@ -337,6 +342,7 @@ class AapService:
                 del self._active[session_id]
                 observed.leave(token)
                 observed.stopped(stop.stop_reason, _awaiting_permission(pending))
+                self.principal_limits.end_turn(principal.owner)
                 return turn
             validate_turn_messages(hosted, messages, pending, self.clock())
             run = self._prepare(hosted, snapshot, request, messages, principal, turn)
@@ -356,10 +362,12 @@ class AapService:
             if observed is not None:
                 observed.leave(token)
                 observed.rejected(error)
+            self.principal_limits.end_turn(principal.owner)
             raise
         task = asyncio.create_task(self._finish(run, turn, session_id, observed))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self.principal_limits.end_turn(principal.owner))
         return turn
 
     def _prepare(

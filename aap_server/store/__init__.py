@@ -2,21 +2,27 @@
 
 from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash, first_broken
 from aap_server.store.base import (
+    AuditChain,
     AuditPage,
     Compaction,
     HistoryKind,
     InvalidCursorError,
     PendingKind,
     PendingToolCall,
+    QuotaExceededError,
+    QuotaKind,
     SessionPage,
     SessionRecord,
     SessionStore,
     StepWrite,
+    StoreLimits,
     TurnSnapshot,
+    caller_chain,
 )
 
 __all__ = [
     "GENESIS_HASH",
+    "AuditChain",
     "AuditDraft",
     "AuditPage",
     "Compaction",
@@ -24,11 +30,15 @@ __all__ = [
     "InvalidCursorError",
     "PendingKind",
     "PendingToolCall",
+    "QuotaExceededError",
+    "QuotaKind",
     "SessionPage",
     "SessionRecord",
     "SessionStore",
     "StepWrite",
+    "StoreLimits",
     "TurnSnapshot",
+    "caller_chain",
     "entry_hash",
     "first_broken",
 ]

@@ -102,6 +102,47 @@ class InvalidCursorError(ValueError):
     """The `after` cursor was not one this store issued."""
 
 
+class StoreLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-owner quotas, checked from counters the store keeps (never by counting rows):
+    `max_sessions` when a session is created, `max_stored_bytes` (history, agent state and
+    audit entries, as stored) when a session is created, a turn starts or a POST /aos
+    verdict is recorded. 0: no limit."""
+
+    max_sessions: int = 0
+    max_stored_bytes: int = 0
+
+
+QuotaKind = Literal["sessions", "stored_bytes"]
+
+
+class QuotaExceededError(Exception):
+    """The owner is at one of its `StoreLimits`; nothing was written."""
+
+    def __init__(self, kind: QuotaKind, limit: int, used: int) -> None:
+        super().__init__(f"{kind}: {used} of {limit} used")
+        self.kind = kind
+        self.limit = limit
+        self.used = used
+
+
+class AuditChain(msgspec.Struct, frozen=True, kw_only=True):
+    """One hash chain of audit entries: a session's (kept `audit_retention` after the session
+    is deleted) or a POST /aos caller's (`caller_chain`; entries older than the retention are
+    pruned from its front). The entries start at `start_seq`, whose prev_hash is
+    `start_hash` (GENESIS_HASH unless older entries were pruned)."""
+
+    chain: str
+    owner: str
+    ended_at_ms: int | None
+    start_seq: int
+    start_hash: str
+
+
+def caller_chain(owner: str) -> str:
+    """The audit chain of POST /aos verdicts given to `owner` (session ids never hold ':')."""
+    return f"aos:{owner}"
+
+
 class SessionStore(abc.ABC):
     """Async session storage. Implementations keep history append-only: a step's cost must
     not grow with the length of the history before it."""
@@ -137,7 +178,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_session(self, session_id: str, owner: str) -> bool:
-        """Remove the session, its history and its state; False if there was none."""
+        """Remove the session, its history and its state; False if there was none. Its audit
+        chain stays (see `prune_audit`)."""
 
     @abc.abstractmethod
     async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
@@ -145,15 +187,32 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
-        """The session (if `owner`'s), its compacted history and its state, read together."""
+        """The session (if `owner`'s), its compacted history and its state, read together.
+        QuotaExceededError when the owner is at its stored-bytes quota (a turn would add)."""
 
     @abc.abstractmethod
     async def commit(self, session_id: str, write: StepWrite) -> None:
         """Apply one step's writes atomically (all or nothing)."""
 
     @abc.abstractmethod
-    async def load_audit(self, session_id: str, after: str | None, limit: int) -> AuditPage:
-        """Audit entries oldest first, keyset-paged; InvalidCursorError for a bad `after`."""
+    async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
+        """A chain's audit entries (a session id, or `caller_chain(owner)`), oldest first,
+        keyset-paged; InvalidCursorError for a bad `after`."""
+
+    @abc.abstractmethod
+    async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
+        """Append verdicts to a chain that is not a session's (a POST /aos caller's);
+        QuotaExceededError (nothing written) when the owner is at its stored-bytes quota."""
+
+    @abc.abstractmethod
+    async def list_audit_chains(self, after: str | None, limit: int) -> list[AuditChain]:
+        """Every audit chain, ordered by name, after the chain named `after`."""
+
+    @abc.abstractmethod
+    async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
+        """Drop the chains of sessions deleted before `before_ms` (unix ms) and caller
+        entries given before it (each caller chain keeps at least its newest entry), at most
+        about `batch` of each per call; returns how many chains and entries went (0: done)."""
 
     @abc.abstractmethod
     async def load_state(self, session_id: str) -> dict[str, Any]:

@@ -62,6 +62,55 @@ MIGRATIONS: tuple[str, ...] = (
         memory     BLOB NOT NULL
     ) WITHOUT ROWID;
     """,
+    # 4: audit chains outlive their subject (a deleted session's verdicts stay for the
+    # retention period; POST /aos callers have chains of their own), and per-owner usage
+    # counters (sessions, stored bytes) kept up to date by each write instead of counted.
+    """
+    CREATE TABLE audit_chains (
+        chain      TEXT PRIMARY KEY,   -- a session id, or `aos:<owner>` for a POST /aos caller
+        owner      TEXT NOT NULL,
+        ended_at   INTEGER,            -- unix ms the session was deleted; NULL while it lives
+        start_seq  INTEGER NOT NULL DEFAULT 0,  -- the oldest entry kept (older ones pruned)
+        start_hash TEXT NOT NULL        -- that entry's prev_hash
+    ) WITHOUT ROWID;
+    CREATE INDEX audit_chains_ended ON audit_chains (ended_at) WHERE ended_at IS NOT NULL;
+    INSERT INTO audit_chains (chain, owner, start_hash)
+        SELECT session_id, owner, '0000000000000000000000000000000000000000000000000000000000000000'
+        FROM sessions;
+
+    CREATE TABLE audit_entries (
+        chain TEXT NOT NULL,
+        seq   INTEGER NOT NULL,
+        at_ms INTEGER NOT NULL,  -- when the verdict was given (unix ms), for pruning by age
+        entry BLOB NOT NULL,     -- the AuditEntry as JSON, hashes included
+        hash  TEXT NOT NULL,
+        PRIMARY KEY (chain, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO audit_entries (chain, seq, at_ms, entry, hash)
+        SELECT session_id, seq,
+               CAST((julianday(json_extract(CAST(entry AS TEXT), '$.at')) - 2440587.5)
+                    * 86400000 AS INTEGER),
+               entry, hash
+        FROM audit;
+    DROP TABLE audit;
+
+    CREATE TABLE owner_usage (
+        owner        TEXT PRIMARY KEY,
+        sessions     INTEGER NOT NULL,
+        stored_bytes INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO owner_usage (owner, sessions, stored_bytes)  -- audit entries count too
+        SELECT owner, COUNT(*), SUM(
+            (SELECT COALESCE(SUM(length(message)), 0) FROM history_full AS h
+             WHERE h.session_id = s.session_id)
+          + (SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted AS h
+             WHERE h.session_id = s.session_id)
+          + (SELECT COALESCE(SUM(length(value)), 0) FROM agent_state AS a
+             WHERE a.session_id = s.session_id)
+          + (SELECT COALESCE(SUM(length(entry)), 0) FROM audit_entries AS a
+             WHERE a.chain = s.session_id))
+        FROM sessions AS s GROUP BY owner;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -28,14 +28,17 @@ import msgspec
 from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
 from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash
 from aap_server.store.base import (
+    AuditChain,
     AuditPage,
     HistoryKind,
     InvalidCursorError,
     PendingToolCall,
+    QuotaExceededError,
     SessionPage,
     SessionRecord,
     SessionStore,
     StepWrite,
+    StoreLimits,
     TurnSnapshot,
 )
 from aap_server.store.migrations import migrate
@@ -114,7 +117,7 @@ _INSERT_SESSION = (
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
 _SELECT_SESSION = "SELECT agent, tools, pending FROM sessions WHERE session_id = ? AND owner = ?"
-_SESSION_EXISTS = "SELECT 1 FROM sessions WHERE session_id = ?"
+_SESSION_OWNER = "SELECT owner FROM sessions WHERE session_id = ?"
 # agent and pending are NOT NULL, so NULL means "keep"; tools may be NULL, hence the flag.
 _UPDATE_SESSION = (
     "UPDATE sessions SET agent = COALESCE(?1, agent), "
@@ -122,6 +125,13 @@ _UPDATE_SESSION = (
     "WHERE session_id = ?5"
 )
 _DELETE_SESSION = "DELETE FROM sessions WHERE session_id = ? AND owner = ?"
+# What a session holds, counted only when it goes (its rows are visited by the delete anyway),
+# so that no step has to keep a per-session counter.
+_SESSION_SIZE = (
+    "SELECT (SELECT COALESCE(SUM(length(message)), 0) FROM history_full WHERE session_id = ?1)"
+    " + (SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted WHERE session_id = ?1)"
+    " + (SELECT COALESCE(SUM(length(value)), 0) FROM agent_state WHERE session_id = ?1)"
+)
 _LIST_FIRST = (
     "SELECT session_id, agent, tools, pending FROM sessions WHERE owner = ? "
     "ORDER BY session_id DESC LIMIT ?"
@@ -155,9 +165,46 @@ _UPSERT_MEMORY = (
     "ON CONFLICT (session_id) DO UPDATE SET memory = excluded.memory"
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = ?"
-_LAST_AUDIT = "SELECT seq, hash FROM audit WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
-_INSERT_AUDIT = "INSERT INTO audit (session_id, seq, entry, hash) VALUES (?, ?, ?, ?)"
-_SELECT_AUDIT = "SELECT entry FROM audit WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+_STATE_SIZE = "SELECT length(value) FROM agent_state WHERE session_id = ? AND key = ?"
+_DROPPED_SIZE = (
+    "SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted "
+    "WHERE session_id = ? AND seq <= ?"
+)
+_USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = ?"
+_ADD_USAGE = (
+    "INSERT INTO owner_usage (owner, sessions, stored_bytes) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (owner) DO UPDATE SET sessions = sessions + ?2, stored_bytes = stored_bytes + ?3"
+)
+
+_LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = ? ORDER BY seq DESC LIMIT 1"
+_INSERT_AUDIT = "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) VALUES (?, ?, ?, ?, ?)"
+_SELECT_AUDIT = "SELECT entry FROM audit_entries WHERE chain = ? AND seq > ? ORDER BY seq LIMIT ?"
+# A session id used again (tests do) continues its old chain rather than forking it.
+_OPEN_CHAIN = (
+    "INSERT INTO audit_chains (chain, owner, start_hash) VALUES (?, ?, ?) "
+    "ON CONFLICT (chain) DO UPDATE SET owner = excluded.owner, ended_at = NULL"
+)
+_OPEN_CALLER_CHAIN = (
+    "INSERT INTO audit_chains (chain, owner, start_hash) VALUES (?, ?, ?) "
+    "ON CONFLICT (chain) DO NOTHING"
+)
+_END_CHAIN = "UPDATE audit_chains SET ended_at = ? WHERE chain = ?"
+_LIST_CHAINS = (
+    "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
+    "WHERE chain > ? ORDER BY chain LIMIT ?"
+)
+_ENDED_CHAINS = (
+    "SELECT chain, owner FROM audit_chains WHERE ended_at IS NOT NULL AND ended_at < ? LIMIT ?"
+)
+_DROP_CHAIN_ENTRIES = "DELETE FROM audit_entries WHERE chain = ? RETURNING length(entry)"
+_DROP_CHAIN = "DELETE FROM audit_chains WHERE chain = ?"
+# Caller chains are named `aos:<owner>`: a primary-key range (';' follows ':').
+_CALLER_CHAINS = "SELECT chain, owner FROM audit_chains WHERE chain >= 'aos:' AND chain < 'aos;'"
+_OLDEST_ENTRIES = "SELECT seq, at_ms, hash FROM audit_entries WHERE chain = ? ORDER BY seq LIMIT ?"
+_DROP_ENTRIES_THROUGH = (
+    "DELETE FROM audit_entries WHERE chain = ? AND seq <= ? RETURNING length(entry)"
+)
+_MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = ?, start_hash = ? WHERE chain = ?"
 
 
 # --- synchronous operations, run on the database thread -------------------------------------
@@ -218,16 +265,21 @@ class _EncodedStep(msgspec.Struct, frozen=True):
     guardian_memory: bytes | None
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) -> None:
+    found = conn.execute(_SESSION_OWNER, (session_id,)).fetchone()
+    if found is None:
+        raise KeyError(session_id)
+    owner: str = found[0]
     if step.agent is not None or step.set_tools or step.pending is not None:
-        cursor = conn.execute(
+        conn.execute(
             _UPDATE_SESSION, (step.agent, step.set_tools, step.tools, step.pending, session_id)
         )
-        exists = cursor.rowcount > 0
-    else:
-        exists = conn.execute(_SESSION_EXISTS, (session_id,)).fetchone() is not None
-    if not exists:
-        raise KeyError(session_id)
+    added = sum(map(len, step.full)) + sum(map(len, step.compacted))
+    added += sum(map(len, step.replacement))
     _append(conn, "full", session_id, step.full)
     if step.drop:
         seqs = [row[0] for row in conn.execute(_OLDEST_COMPACTED, (session_id, step.drop))]
@@ -236,6 +288,8 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
                 f"compaction drops {step.drop} messages but the compacted history "
                 f"has only {len(seqs)}"
             )
+        (dropped,) = conn.execute(_DROPPED_SIZE, (session_id, seqs[-1])).fetchone()
+        added -= dropped
         conn.execute(_DROP_COMPACTED, (session_id, seqs[-1]))
         # The replacement takes the smallest dropped seqs, so it stays in front.
         conn.executemany(
@@ -243,46 +297,110 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) 
             [(session_id, seq, m) for seq, m in zip(seqs, step.replacement, strict=False)],
         )
     _append(conn, "compacted", session_id, step.compacted)
+    for key, value in step.state:
+        old = conn.execute(_STATE_SIZE, (session_id, key)).fetchone()
+        added += len(value) - (old[0] if old else 0)
     if step.state:
         conn.executemany(_UPSERT_STATE, [(session_id, k, v) for k, v in step.state])
-    if step.audit:
-        _append_audit(conn, session_id, step.audit)
+    # The owner's bytes also hold the audit entries (which outlive the session).
+    added += _append_audit(conn, session_id, step.audit)
+    if added:
+        conn.execute(_ADD_USAGE, (owner, 0, added))
     if step.guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
 
 
-def _append_audit(conn: sqlite3.Connection, session_id: str, drafts: Sequence[AuditDraft]) -> None:
-    """Chain each entry to the last one stored (one indexed lookup, not a scan)."""
-    last = conn.execute(_LAST_AUDIT, (session_id,)).fetchone()
+def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDraft]) -> int:
+    """Chain each entry to the last one stored (one indexed lookup, not a scan); returns the
+    bytes stored, which the caller counts towards the owner's until they are pruned."""
+    if not drafts:
+        return 0
+    last = conn.execute(_LAST_AUDIT, (chain,)).fetchone()
     seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
+    now = _now_ms()
     rows = []
     for draft in drafts:
         digest = entry_hash(prev_hash, seq, draft)
         entry = AuditEntry(
             seq=seq, prev_hash=prev_hash, hash=digest, **msgspec.structs.asdict(draft)
         )
-        rows.append((session_id, seq, _ENCODER.encode(entry), digest))
+        rows.append((chain, seq, now, _ENCODER.encode(entry), digest))
         seq, prev_hash = seq + 1, digest
     conn.executemany(_INSERT_AUDIT, rows)
+    return sum(len(row[3]) for row in rows)
+
+
+def _check_quota(
+    conn: sqlite3.Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
+) -> None:
+    """QuotaExceededError if `owner` cannot take `new_sessions` and `new_bytes` more."""
+    if not limits.max_sessions and not limits.max_stored_bytes:
+        return
+    row = conn.execute(_USAGE, (owner,)).fetchone()
+    sessions, stored = row if row else (0, 0)
+    if limits.max_sessions and new_sessions and sessions + new_sessions > limits.max_sessions:
+        raise QuotaExceededError("sessions", limits.max_sessions, sessions)
+    if limits.max_stored_bytes and stored + new_bytes > limits.max_stored_bytes:
+        raise QuotaExceededError("stored_bytes", limits.max_stored_bytes, stored)
+
+
+def _delete_sync(conn: sqlite3.Connection, session_id: str, owner: str) -> bool:
+    (size,) = conn.execute(_SESSION_SIZE, (session_id,)).fetchone()
+    if not conn.execute(_DELETE_SESSION, (session_id, owner)).rowcount:
+        return False
+    conn.execute(_ADD_USAGE, (owner, -1, -size))
+    conn.execute(_END_CHAIN, (_now_ms(), session_id))
+    return True
+
+
+def _drop_entries(conn: sqlite3.Connection, owner: str, sql: str, params: tuple[Any, ...]) -> int:
+    """Run a DELETE of audit entries; give their bytes back to `owner`; how many went."""
+    sizes = conn.execute(sql, params).fetchall()
+    conn.execute(_ADD_USAGE, (owner, 0, -sum(size for (size,) in sizes)))
+    return len(sizes)
+
+
+def _prune_sync(conn: sqlite3.Connection, before_ms: int, batch: int) -> int:
+    removed = 0
+    for chain, owner in conn.execute(_ENDED_CHAINS, (before_ms, batch)).fetchall():
+        removed += _drop_entries(conn, owner, _DROP_CHAIN_ENTRIES, (chain,))
+        removed += conn.execute(_DROP_CHAIN, (chain,)).rowcount
+    for chain, owner in conn.execute(_CALLER_CHAINS).fetchall():
+        rows = conn.execute(_OLDEST_ENTRIES, (chain, batch + 1)).fetchall()
+        if len(rows) <= batch:
+            rows = rows[:-1]  # the newest entry anchors the chain: never pruned
+        old = 0
+        while old < len(rows) and rows[old][1] < before_ms:
+            old += 1
+        if old:
+            last_seq, _, last_hash = rows[old - 1]
+            removed += _drop_entries(conn, owner, _DROP_ENTRIES_THROUGH, (chain, last_seq))
+            conn.execute(_MOVE_CHAIN_START, (last_seq + 1, last_hash, chain))
+    return removed
 
 
 def _create_sync(
     conn: sqlite3.Connection,
+    limits: StoreLimits,
     row: tuple[str, str, bytes, bytes | None, bytes, int],
     seed: list[bytes],
     audit: Sequence[AuditDraft],
     guardian_memory: bytes | None,
 ) -> None:
+    session_id, owner = row[0], row[1]
+    stored = 2 * sum(map(len, seed))  # the seed opens both histories
+    _check_quota(conn, limits, owner, 1, stored)
     try:
         conn.execute(_INSERT_SESSION, row)
     except sqlite3.IntegrityError as exc:
         raise ValueError(f"session {row[0]!r} already exists") from exc
-    session_id = row[0]
+    conn.execute(_OPEN_CHAIN, (session_id, owner, GENESIS_HASH))
     rows = [(session_id, seq, m) for seq, m in enumerate(seed)]
     conn.executemany(_INSERT_MESSAGE["full"], rows)
     conn.executemany(_INSERT_MESSAGE["compacted"], rows)
     if audit:
-        _append_audit(conn, session_id, audit)
+        stored += _append_audit(conn, session_id, audit)
+    conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
 
@@ -332,8 +450,9 @@ async def _call(
 class SqliteSessionStore(SessionStore):
     """SessionStore on one SQLite file (or `":memory:"`), WAL mode, one writer connection."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, limits: StoreLimits | None = None) -> None:
         self._path = path
+        self._limits = limits or StoreLimits()
         self._wal = path != ":memory:"
         self._db: aiosqlite.Connection | None = None
         self._conn: sqlite3.Connection | None = None
@@ -403,7 +522,10 @@ class SqliteSessionStore(SessionStore):
             time.time_ns() // 1_000_000,
         )
         messages = [encode(m) for m in seed]
-        await self._write(lambda conn: _create_sync(conn, row, messages, audit, guardian_memory))
+        limits = self._limits
+        await self._write(
+            lambda conn: _create_sync(conn, limits, row, messages, audit, guardian_memory)
+        )
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         row = await self._run(
@@ -432,11 +554,9 @@ class SqliteSessionStore(SessionStore):
         )
 
     async def delete_session(self, session_id: str, owner: str) -> bool:
-        # Child rows go with it through ON DELETE CASCADE, in the same transaction.
-        deleted: int = await self._write(
-            lambda conn: conn.execute(_DELETE_SESSION, (session_id, owner)).rowcount
-        )
-        return deleted > 0
+        # Child rows go with it through ON DELETE CASCADE, in the same transaction; the audit
+        # chain is only marked ended (pruned after the retention period).
+        return await self._write(lambda conn: _delete_sync(conn, session_id, owner))
 
     # -- history and state ------------------------------------------------------------------
 
@@ -448,10 +568,13 @@ class SqliteSessionStore(SessionStore):
         return _decode_history(rows)
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
+        limits = self._limits
+
         def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any], Any] | None:
             row = conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone()
             if row is None:
                 return None
+            _check_quota(conn, limits, owner, 0, 1)  # at the quota: no turn may add more
             history = conn.execute(_SELECT_HISTORY["compacted"], (session_id,)).fetchall()
             state = conn.execute(_SELECT_STATE, (session_id,)).fetchall()
             return row, history, state, conn.execute(_SELECT_MEMORY, (session_id,)).fetchone()
@@ -499,12 +622,12 @@ class SqliteSessionStore(SessionStore):
         )
         await self._write(lambda conn: _commit_sync(conn, session_id, step))
 
-    async def load_audit(self, session_id: str, after: str | None, limit: int) -> AuditPage:
+    async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         after_seq = -1 if after is None else decode_audit_cursor(after)
         rows: list[tuple[bytes]] = await self._run(
-            lambda conn: conn.execute(_SELECT_AUDIT, (session_id, after_seq, limit + 1)).fetchall()
+            lambda conn: conn.execute(_SELECT_AUDIT, (chain, after_seq, limit + 1)).fetchall()
         )
         entries = [_AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
         more = len(rows) > limit
@@ -517,3 +640,27 @@ class SqliteSessionStore(SessionStore):
             lambda conn: conn.execute(_SELECT_STATE, (session_id,)).fetchall()
         )
         return _decode_state(rows)
+
+    async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
+        if not drafts:
+            return
+        limits = self._limits
+
+        def append(conn: sqlite3.Connection) -> None:
+            conn.execute(_OPEN_CALLER_CHAIN, (chain, owner, GENESIS_HASH))
+            _check_quota(conn, limits, owner, 0, 1)  # at the quota: no more verdicts given
+            conn.execute(_ADD_USAGE, (owner, 0, _append_audit(conn, chain, drafts)))
+
+        await self._write(append)
+
+    async def list_audit_chains(self, after: str | None, limit: int) -> list[AuditChain]:
+        rows: list[tuple[str, str, int | None, int, str]] = await self._run(
+            lambda conn: conn.execute(_LIST_CHAINS, (after or "", limit)).fetchall()
+        )
+        return [
+            AuditChain(chain=c, owner=o, ended_at_ms=e, start_seq=s, start_hash=h)
+            for c, o, e, s, h in rows
+        ]
+
+    async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
+        return await self._write(lambda conn: _prune_sync(conn, before_ms, batch))

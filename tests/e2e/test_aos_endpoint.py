@@ -540,7 +540,9 @@ async def test_each_verdict_is_recorded_on_the_audit_log(
     record = json.loads(line)
     assert record["caller"] == "aos:acme:alice"
     assert record["method"] == "steps/message"
-    assert record["stepId"] == str(request.id)
+    assert isinstance(request, aos.MessageStep)
+    # The AOS step id, not the JSON-RPC id.
+    assert record["stepId"] == request.params.context.step_id != str(request.id)
     assert record["decision"] == "allow"
     assert record["sessionId"] == step_context().session.id
     assert isinstance(record["latencyUs"], int)

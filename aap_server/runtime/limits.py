@@ -1,0 +1,104 @@
+"""Bounded consumption per principal (OWASP LLM10): request rate and concurrent turns.
+
+Counters live in memory, one small entry per principal (principals are the configured API
+keys, or the one local principal of an open server), so a check is O(1). Sessions and stored
+bytes are counted by the store, in the same transaction as the writes (`StoreLimits`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from aap_server.runtime.errors import AapError
+
+
+class RateLimitedError(AapError):
+    """The principal sends requests faster than its rate allows (429, `Retry-After`)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_seconds: int, details: object = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class TooManyTurnsError(RateLimitedError):
+    """The principal already runs as many turns as it may at once (429, `Retry-After`)."""
+
+    code = "too_many_turns"
+
+
+class _Bucket:
+    """A token bucket: `burst` tokens, refilled at `rate` a second."""
+
+    __slots__ = ("tokens", "updated")
+
+    def __init__(self, tokens: float, updated: float) -> None:
+        self.tokens = tokens
+        self.updated = updated
+
+
+class PrincipalLimits:
+    """`requests_per_second` (bursts up to `burst`) and `max_concurrent_turns` per principal;
+    0 turns a limit off."""
+
+    def __init__(
+        self,
+        *,
+        requests_per_second: float = 0,
+        burst: int = 1,
+        max_concurrent_turns: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.requests_per_second = requests_per_second
+        self.burst = max(burst, 1)
+        self.max_concurrent_turns = max_concurrent_turns
+        self.clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+        self._turns: dict[str, int] = {}
+
+    def admit_request(self, owner: str) -> None:
+        """Take one token of `owner`'s bucket, or raise RateLimitedError."""
+        rate = self.requests_per_second
+        if not rate:
+            return
+        now = self.clock()
+        bucket = self._buckets.get(owner)
+        if bucket is None:
+            bucket = self._buckets[owner] = _Bucket(float(self.burst), now)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.updated) * rate)
+        bucket.updated = now
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return
+        wait = (1 - bucket.tokens) / rate
+        raise RateLimitedError(
+            f"too many requests: at most {rate:g} a second (bursts of {self.burst}) per API "
+            "key; retry after the time in Retry-After",
+            retry_after_seconds=max(1, math.ceil(wait)),
+            details={"requestsPerSecond": rate, "burst": self.burst},
+        )
+
+    def start_turn(self, owner: str) -> None:
+        """Count a turn of `owner` as running, or raise TooManyTurnsError."""
+        running = self._turns.get(owner, 0)
+        if self.max_concurrent_turns and running >= self.max_concurrent_turns:
+            raise TooManyTurnsError(
+                f"too many turns at once: at most {self.max_concurrent_turns} per API key; "
+                "retry when one of them has ended",
+                retry_after_seconds=1,
+                details={"maxConcurrentTurns": self.max_concurrent_turns},
+            )
+        self._turns[owner] = running + 1
+
+    def end_turn(self, owner: str) -> None:
+        running = self._turns.get(owner, 0) - 1
+        if running > 0:
+            self._turns[owner] = running
+        else:
+            self._turns.pop(owner, None)
+
+    def running_turns(self, owner: str) -> int:
+        return self._turns.get(owner, 0)
