@@ -16,7 +16,13 @@ from aap_server.telemetry.context import current_request_id
 LogFormat = Literal["json", "console"]
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
-_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
+# (uvicorn adds `color_message`, its message with terminal colour codes: not a field.)
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message",
+    "asctime",
+    "request_id",
+    "color_message",
+}
 MASK = "***"
 _HANDLER_NAME = "aap_server"
 

@@ -109,6 +109,8 @@ def test_json_lines_for_every_logger(tmp_path: Path) -> None:
     assert records, lines
     for record in records:
         assert {"time", "level", "logger", "message"} <= set(record), record
+    # No terminal colour codes (uvicorn's `color_message`) in any field.
+    assert not any("\x1b" in str(value) for record in records for value in record.values())
 
     loggers = {record["logger"] for record in records}
     assert "uvicorn.error" in loggers  # uvicorn's own lines, in the same format
