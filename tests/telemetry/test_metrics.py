@@ -188,3 +188,26 @@ async def test_many_concurrent_requests_are_all_counted(tmp_path: Path) -> None:
             return got == 50
 
         await wait_until(counted)
+
+
+async def test_a_browser_may_send_and_read_the_request_id(tmp_path: Path) -> None:
+    origin = "https://app.example.com"
+    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS, cors_origins=[origin])
+    async with app_harness(tmp_path, settings=settings) as h:
+        preflight = await h.client.options(
+            "/sessions",
+            headers={
+                "Origin": origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type, x-request-id",
+            },
+        )
+        assert preflight.status_code in (200, 204), preflight.text
+        allowed = preflight.headers["access-control-allow-headers"].lower()
+        assert "x-request-id" in allowed
+        response = await h.client.get(
+            "/sessions", headers={"Origin": origin, "X-Request-ID": "browser-1"}
+        )
+        assert response.headers["x-request-id"] == "browser-1"
+        exposed = response.headers["access-control-expose-headers"].lower()
+        assert "x-request-id" in exposed
