@@ -190,6 +190,9 @@ class AgentState(abc.ABC):
     not a guarded step: state never reaches the model by itself, only through a step that is
     checked (memory recalled from it, a tool result built from it)."""
 
+    # Who the session belongs to (`org:user`): the key of per-principal memory.
+    owner: str = ""
+
     @abc.abstractmethod
     def get(self, key: str, default: Any = None) -> Any:
         """The stored JSON value, or `default`."""
@@ -212,6 +215,11 @@ class ToolContext(abc.ABC):
         self, query: str, keywords: list[str] | None = None
     ) -> list[KnowledgeItem]:
         """Query the agent's knowledge; the results the guardian allows (maybe modified)."""
+
+    async def remember(self, items: list[str]) -> list[str]:
+        """Store items in the agent's memory (a guarded `steps/memoryStore`); what was
+        stored, maybe modified, or [] when the guardian denied it."""
+        raise ToolError("this agent has no memory")
 
     @abc.abstractmethod
     async def mcp_send(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -382,6 +390,9 @@ class Agent:
     # Checks a client's value of one of `options` (name, value): the problem, or None. A
     # problem is a 400 naming the option when the session is created or a turn changes it.
     option_check: Callable[[str, str], str | None] | None = None
+    # Called once when the server stops, after the model's `aclose` (e.g. to close the
+    # connections of MCP servers the agent's tools use).
+    close_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @property
     def info(self) -> AgentInfo:

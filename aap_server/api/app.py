@@ -26,6 +26,7 @@ from aap_server.api.docs import docs_serving
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import HealthCache, get_health
+from aap_server.api.memories import MemoriesController
 from aap_server.api.metrics import metrics_routes
 from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
@@ -204,6 +205,8 @@ def create_app(
             for agent in hosted_agents:  # their models' connections (e.g. to an LLM endpoint)
                 try:
                     await agent.model.aclose()
+                    for close in agent.close_hooks:  # e.g. its MCP servers' connections
+                        await close()
                 except Exception:
                     logger.exception("closing agent %s failed", agent.name)
 
@@ -214,6 +217,7 @@ def create_app(
             SessionsController,
             post_aos,
             get_aos_audit,
+            MemoriesController,
             *console_routes(settings),
             *metrics_routes(settings),
         ],

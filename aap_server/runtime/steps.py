@@ -221,14 +221,21 @@ class StepFactory:
             user=self._user,
         )
 
-    def message(self, role: str, content: Content) -> aos.MessageStep:
+    def message(
+        self, role: str, content: Content, cited: list[KnowledgeItem] | None = None
+    ) -> aos.MessageStep:
         context = self._context()
         message = aos.Message(
             id=new_id("msg_"),
             role="user" if role == "user" else "agent",
             content=content_to_parts(content),
         )
-        params = aos.MessageParams(context=context, message=message)
+        # AOS citations: the knowledge chunks the model was given (FileSource id = chunk id).
+        citation: list[aos.Source] = [
+            aos.FileSource(id=item.id, name=str((item.metadata or {}).get("source", item.id)))
+            for item in cited or []
+        ]
+        params = aos.MessageParams(context=context, message=message, citation=citation)
         return aos.MessageStep(id=context.step_id, params=params)
 
     def tool_call_request(
