@@ -7,14 +7,16 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY aap_server ./aap_server
 COPY agents ./agents
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# With the otel extra: tracing is then one OTEL_EXPORTER_OTLP_ENDPOINT away.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[otel]"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     AAP_HOST=0.0.0.0 \
     AAP_PORT=8000 \
-    AAP_DB=/data/aap.db
+    AAP_DB=/data/aap.db \
+    AAP_LOG_FORMAT=json
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin aap \

@@ -106,13 +106,10 @@ def serve(args: argparse.Namespace) -> int:
             load_policy(settings.policy)
         except PolicyError as error:
             raise ConfigError(f"policy: {error}") from error
-    level = settings.log_level.upper()
-    logging.basicConfig(
-        level="DEBUG" if level == "TRACE" else level,  # TRACE is uvicorn's, not logging's
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # httpx logs every request at INFO: one line per remote-guardian check is noise.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    from aap_server.telemetry import TracingError, configure_logging
+
+    secrets = [key.key for key in settings.api_keys] + [g.api_key for g in settings.guardians]
+    configure_logging(settings.log_level, settings.log_format, secrets)
     if decision.message:
         logger.warning(decision.message)
 
@@ -126,7 +123,10 @@ def serve(args: argparse.Namespace) -> int:
     # made small turns wait behind an attacker's scans; 1 ms bounds that hand-off.
     sys.setswitchinterval(0.001)
 
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except TracingError as error:
+        raise ConfigError(str(error)) from error
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -135,7 +135,8 @@ def serve(args: argparse.Namespace) -> int:
         # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is left
         # is connections finishing their last bytes.
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
-        access_log=False,
+        access_log=False,  # ours has the request id (api/observability.py)
+        log_config=None,  # keep the one format configure_logging set up
     )
     DrainingServer(config, app.state.drain).run()
     return 0

@@ -106,6 +106,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_sessions: int = 10_000
     max_stored_bytes: int = 1024**3
     log_level: str = "info"
+    # Every log line (ours, uvicorn's) as one JSON object, or a readable console line.
+    log_format: Literal["json", "console"] = "console"
+    # Who may scrape GET /metrics: `key` (any API key, like the API), `public`, `off`.
+    metrics_auth: Literal["key", "public", "off"] = "key"
     # The guardian's policy file (TOML); empty: the policy that ships with the server.
     policy: str = ""
     # How often the policy file is checked for changes (it is also reloaded on SIGHUP).

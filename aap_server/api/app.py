@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -17,6 +18,7 @@ from litestar.datastructures import State
 from aap_server.agent import Agent
 from aap_server.api.aos_endpoint import get_aos_audit, post_aos
 from aap_server.api.auth import Authenticator
+from aap_server.api.banner import log_banner
 from aap_server.api.base_path import BasePathMount
 from aap_server.api.console import console_routes
 from aap_server.api.cors import CorsMiddleware
@@ -25,12 +27,14 @@ from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import HealthCache, get_health
 from aap_server.api.memories import MemoriesController
+from aap_server.api.metrics import metrics_routes
+from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import Settings
 from aap_server.guardian import Guardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
-from aap_server.guardian.policy import default_policy, load_policy
+from aap_server.guardian.policy import Policy, default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.reload import PolicyReloader
 from aap_server.guardian.remote import RemoteGuardian
@@ -39,6 +43,10 @@ from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.loading import load_agents
 from aap_server.store import SessionStore, StoreLimits
 from aap_server.store.sqlite import SqliteSessionStore
+from aap_server.telemetry import Telemetry, provider_from_environment, tracer_of
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 logger = logging.getLogger("aap_server")
 
@@ -103,8 +111,10 @@ def create_app(
     *,
     store: SessionStore | None = None,
     guardian: Guardian | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> Litestar:
-    """An ASGI app serving `agents` (default: those the settings name, see runtime/loading)."""
+    """An ASGI app serving `agents` (default: those the settings name, see runtime/loading).
+    Spans go to `tracer_provider`, else where the `OTEL_*` variables say (if anywhere)."""
     if agents is None:
         agents = load_agents(
             declared=settings.agents,
@@ -123,17 +133,26 @@ def create_app(
     )
     # One guardian: the turn engine's and POST /aos's.
     reloader: PolicyReloader | None = None
+    policy: Policy | None = None  # for the start-up banner
     if guardian is None:
-        policy_guardian = PolicyGuardian(
-            load_policy(settings.policy) if settings.policy else default_policy()
-        )
+        policy = load_policy(settings.policy) if settings.policy else default_policy()
+        policy_guardian = PolicyGuardian(policy)
         if settings.policy:
             reloader = PolicyReloader(policy_guardian, settings.policy)
         guardian = policy_guardian
+    guardian_names = ["in-process"] + [
+        g.name or f"remote-{n}" for n, g in enumerate(settings.guardians, 1)
+    ]
     guardian_budget = settings.guardian_timeout_seconds
     if settings.guardians:
         chain = with_remote_guardians(guardian, settings)
         guardian, guardian_budget = chain, chain.budget_seconds
+    app_version = package_version()
+    own_provider = None
+    if tracer_provider is None:
+        tracer_provider = own_provider = provider_from_environment(app_version)
+    tracer = tracer_of(tracer_provider, app_version) if tracer_provider is not None else None
+    telemetry = Telemetry(app_version, tracer)
     service = AapService(
         registry=AgentRegistry(hosted_agents),
         store=store,
@@ -149,6 +168,7 @@ def create_app(
             max_tools=settings.max_tools_per_request,
             max_option_bytes=settings.max_option_bytes,
         ),
+        telemetry=telemetry,
         principal_limits=principal_limits,
     )
 
@@ -157,6 +177,7 @@ def create_app(
 
     async def open_store() -> None:
         await store.open()
+        log_banner(settings, hosted_agents, policy, guardian_names, app_version, tracer is not None)
         watcher.append(
             asyncio.create_task(prune_audit_forever(store, settings.audit_retention_days))
         )
@@ -178,6 +199,8 @@ def create_app(
             await service.shutdown(settings.shutdown_grace_seconds)
             await store.close()
         finally:
+            if own_provider is not None:
+                own_provider.shutdown()  # exports the spans still batched
             await guardian.close()
             for agent in hosted_agents:  # their models' connections (e.g. to an LLM endpoint)
                 try:
@@ -187,7 +210,6 @@ def create_app(
                 except Exception:
                     logger.exception("closing agent %s failed", agent.name)
 
-    app_version = package_version()
     app = Litestar(
         route_handlers=[
             get_meta,
@@ -197,6 +219,7 @@ def create_app(
             get_aos_audit,
             MemoriesController,
             *console_routes(settings),
+            *metrics_routes(settings),
         ],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
@@ -204,6 +227,9 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=openapi_config(app_version, **docs_serving(settings.base_path)),
         request_max_body_size=settings.max_body_bytes,
+        # Logging is set up once by `aap-server serve` (telemetry/logs.py), not by Litestar,
+        # whose default config would give its loggers and the root a format of its own.
+        logging_config=None,
         state=State(
             {
                 "settings": settings,
@@ -213,6 +239,7 @@ def create_app(
                 "limits": principal_limits,
                 "version": app_version,  # AOS ping answers it
                 "authenticator": Authenticator(settings.api_keys),
+                "telemetry": telemetry,  # GET /metrics reads it
             }
         ),
     )
@@ -221,4 +248,6 @@ def create_app(
     if settings.cors_origins:
         # In front of routing (a preflight needs no key, an unknown path's 404 is readable).
         app.asgi_handler = CorsMiddleware(app.asgi_handler, settings.cors_origins)
+    # Outermost: every request gets an id, a log line and its metrics, preflights included.
+    app.asgi_handler = ObservabilityMiddleware(app.asgi_handler, telemetry)
     return app

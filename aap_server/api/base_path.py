@@ -22,8 +22,9 @@ class BasePathMount:
             return
         path = scope["path"]
         if path.startswith(self.base_path + "/"):
-            root_path = scope.get("root_path", "") + self.base_path
-            await self.app({**scope, "root_path": root_path}, receive, send)  # type: ignore[arg-type]
+            # In place, not a copy: the layers outside read what routing writes into it.
+            scope["root_path"] = scope.get("root_path", "") + self.base_path
+            await self.app(scope, receive, send)
             return
         message = f"{path}: not found; every endpoint is under {self.base_path}/"
         body = msgspec.json.encode(

@@ -16,11 +16,19 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from aap_server.protocol import ErrorDetail, ErrorResponse
 
 # What AAP clients use: GET/POST/DELETE, a bearer key, JSON bodies, SSE (`Accept:
-# text/event-stream`, `Last-Event-ID` and `Cache-Control` from EventSource-style readers).
+# text/event-stream`, `Last-Event-ID` and `Cache-Control` from EventSource-style readers), and
+# a request id to correlate with the server's logs and traces.
 ALLOWED_METHODS = ("DELETE", "GET", "OPTIONS", "POST")
-ALLOWED_HEADERS = ("accept", "authorization", "cache-control", "content-type", "last-event-id")
+ALLOWED_HEADERS = (
+    "accept",
+    "authorization",
+    "cache-control",
+    "content-type",
+    "last-event-id",
+    "x-request-id",
+)
 # Response headers a script may read beyond the safelisted ones (Content-Type etc.).
-EXPOSED_HEADERS = ("Retry-After", "WWW-Authenticate")
+EXPOSED_HEADERS = ("Retry-After", "WWW-Authenticate", "X-Request-ID")
 PREFLIGHT_MAX_AGE_SECONDS = 600
 
 ANY_ORIGIN = "*"

@@ -26,6 +26,7 @@ from aap_server.runtime.steps import (
     tool_definition,
 )
 from aap_server.store import AuditDraft
+from aap_server.telemetry import observe_step
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -96,7 +97,9 @@ class GuardianChecks:
             verdict = await self.guardian.check(request)
         finally:
             check_scope.reset(token)
+        latency_ns = time.perf_counter_ns() - started
         data = verdict.data or {}
+        rule_id = _text_or_none(data.get("ruleId"))
         self._audit.append(
             AuditDraft(
                 turn_id=self.turn_id,
@@ -104,12 +107,13 @@ class GuardianChecks:
                 method=request.method,
                 decision=verdict.decision,
                 reason_codes=list(verdict.reason_code or []),
-                latency_us=(time.perf_counter_ns() - started) // 1000,
+                latency_us=latency_ns // 1000,
                 at=utc_now_iso(),
-                rule_id=_text_or_none(data.get("ruleId")),
+                rule_id=rule_id,
                 policy_hash=_text_or_none(data.get("policyHash")),
             )
         )
+        observe_step(request, verdict, rule_id, latency_ns)  # metrics, and a span if tracing
         return verdict
 
     def take_audit(self) -> list[AuditDraft]:

@@ -25,6 +25,7 @@ from aap_server.protocol import (
     PostSessionsResponse,
     PostSessionTurnRequest,
     SessionInfo,
+    StopReason,
     StreamMode,
     TurnMessage,
     TurnStartEvent,
@@ -66,6 +67,7 @@ from aap_server.store import (
     StepWrite,
     TurnSnapshot,
 )
+from aap_server.telemetry import Telemetry, TurnObservation
 
 logger = logging.getLogger("aap_server.service")
 
@@ -75,6 +77,10 @@ def _invalid_cursor() -> InvalidRequestError:
         "after: not a cursor this server issued; pass the `next` value of a previous page",
         code="invalid_cursor",
     )
+
+
+def _awaiting_permission(pending: list[PendingToolCall]) -> int:
+    return sum(call.awaiting and call.kind == "permission" for call in pending)
 
 
 def _session_not_found(session_id: str) -> NotFoundError:
@@ -124,6 +130,7 @@ class AapService:
         clock: Callable[[], float] = time.time,
         refuse_modified_input: bool = False,
         limits: RequestLimits | None = None,
+        telemetry: Telemetry | None = None,
         principal_limits: PrincipalLimits | None = None,
     ) -> None:
         self.registry = registry
@@ -139,6 +146,7 @@ class AapService:
         # stored: raw sensitive input never reaches storage (`full` is exact otherwise).
         self.refuse_modified_input = refuse_modified_input
         self.limits = limits or RequestLimits()
+        self.telemetry = telemetry or Telemetry()
         self._active: dict[str, str] = {}  # session id -> running turn id
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
@@ -168,16 +176,21 @@ class AapService:
         )
         # Options, tool definitions and the seed are client input the model will read:
         # guarded like a turn's input (a denial raises, and no session is created).
-        guarded, audit = await guard_new_session(
-            hosted=hosted,
-            guardian=self.guardian,
-            principal=principal,
-            session_id=record.session_id,
-            agent_config=record.agent,
-            client_tools=record.tools,
-            seed=seed,
-            refuse_modified_input=self.refuse_modified_input,
-        )
+        observer = self.telemetry.session_scope(hosted.agent, record.session_id)
+        token = observer.enter()
+        try:
+            guarded, audit = await guard_new_session(
+                hosted=hosted,
+                guardian=self.guardian,
+                principal=principal,
+                session_id=record.session_id,
+                agent_config=record.agent,
+                client_tools=record.tools,
+                seed=seed,
+                refuse_modified_input=self.refuse_modified_input,
+            )
+        finally:
+            observer.leave(token)
         memory = self.guardian.export_session(record.session_id)
         if guarded == seed:
             await self.store.create_session(record, seed, audit=audit, guardian_memory=memory)
@@ -237,6 +250,7 @@ class AapService:
             self._deleting.discard(session_id)
         if not deleted:
             raise _session_not_found(session_id)
+        self.telemetry.awaiting_approvals(session_id, 0)
 
     async def _refuse_if_busy(self, principal: Principal, session_id: str) -> None:
         """409 while a turn runs on the session; 404 while it is being deleted."""
@@ -303,11 +317,16 @@ class AapService:
         turn = Turn(new_id("turn_"), request.stream or "none")
         self.principal_limits.start_turn(principal.owner)
         self._active[session_id] = turn.turn_id
+        observed: TurnObservation | None = None
         try:
             snapshot = await self.store.load_turn(session_id, principal.owner)
             if snapshot is None:
                 raise _session_not_found(session_id)
             hosted = self._hosted(snapshot.record)
+            observed = self.telemetry.turn_started(
+                hosted.agent, session_id, turn.turn_id, turn.mode
+            )
+            token = observed.enter()  # the input's checks are steps of the turn
             validate_stream_mode(hosted, turn.mode)
             validate_overrides(hosted, request.agent, request.tools)
             snapshot = await self._repaired(snapshot)
@@ -317,11 +336,12 @@ class AapService:
                 # Every answer was taken already: acknowledge, run and store nothing.
                 waiting = any(call.awaiting for call in pending)
                 turn.queue.put_nowait(TurnStartEvent())
-                turn.queue.put_nowait(
-                    TurnStopEvent(stop_reason="tool_use" if waiting else "end_turn")
-                )
+                stop = TurnStopEvent(stop_reason="tool_use" if waiting else "end_turn")
+                turn.queue.put_nowait(stop)
                 turn.queue.put_nowait(None)
                 del self._active[session_id]
+                observed.leave(token)
+                observed.stopped(stop.stop_reason, _awaiting_permission(pending))
                 self.principal_limits.end_turn(principal.owner)
                 return turn
             validate_turn_messages(hosted, messages, pending, self.clock())
@@ -336,11 +356,15 @@ class AapService:
                     await run.flush_audit()  # the refusal is on the audit trail too
                     raise
             await run.start()
-        except BaseException:
+            observed.leave(token)
+        except BaseException as error:
             del self._active[session_id]
+            if observed is not None:
+                observed.leave(token)
+                observed.rejected(error)
             self.principal_limits.end_turn(principal.owner)
             raise
-        task = asyncio.create_task(self._finish(run, turn, session_id))
+        task = asyncio.create_task(self._finish(run, turn, session_id, observed))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: self.principal_limits.end_turn(principal.owner))
@@ -408,15 +432,20 @@ class AapService:
             raise _session_not_found(record.session_id)
         return reloaded
 
-    async def _finish(self, run: TurnRun, turn: Turn, session_id: str) -> None:
+    async def _finish(
+        self, run: TurnRun, turn: Turn, session_id: str, observed: TurnObservation
+    ) -> None:
+        observed.enter()  # this task's own context: nothing to reset
+        reason: StopReason = "error"  # what `finish` emits when it is cancelled
         try:
             async with asyncio.timeout(self.turn_timeout_seconds):
-                await run.finish()
+                reason = await run.finish()
         except TimeoutError:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
             self._active.pop(session_id, None)
             turn.queue.put_nowait(None)
+            observed.stopped(reason, run.awaiting_permissions)
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Take no new turns; let running ones finish within the grace period, then stop them

@@ -148,6 +148,8 @@ class TurnRun:
             self.steps,
         )
         self._refused = False
+        # Permission requests the session awaits once the turn stops (for the metrics).
+        self.awaiting_permissions = 0
         self._granted: list[PendingToolCall] = []
         # The pending calls the granted ones leave once they have run (answered, not awaiting).
         self._answered: list[PendingToolCall] = []
@@ -168,8 +170,9 @@ class TurnRun:
             self._granted = await self._accept_tool_answers()
         self.emit(TurnStartEvent())
 
-    async def finish(self) -> None:
-        """Run the rest of the turn; emits `turn_stop` exactly once, whatever happens."""
+    async def finish(self) -> StopReason:
+        """Run the rest of the turn; emits `turn_stop` exactly once, whatever happens, and
+        returns its stop reason."""
         reason: StopReason = "error"
         try:
             if self._refused:
@@ -187,6 +190,7 @@ class TurnRun:
             await self._close_open_message()
             await self.flush_audit()
             self.emit(TurnStopEvent(stop_reason=reason))
+        return reason
 
     # --- input ------------------------------------------------------------------------------
 
@@ -430,6 +434,7 @@ class TurnRun:
             await self._commit([shown], [told, *hidden_results], pending=after or None)
             self.emit(MessageOut(message=shown))
         if to_ask:
+            self.awaiting_permissions = sum(call.kind == "permission" for call in to_ask)
             return "tool_use"
         return None
 
