@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
@@ -219,8 +219,8 @@ def _now_ms() -> int:
 
 # --- operations inside one transaction --------------------------------------------------------
 
-# What the pool hands out: a proxy with the whole Connection API.
-Connection = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
+if TYPE_CHECKING:  # what the pool hands out: a proxy with the whole Connection API
+    Connection: TypeAlias = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
 
 
 async def _append(conn: Connection, kind: HistoryKind, session_id: str, rows: list[bytes]) -> None:
