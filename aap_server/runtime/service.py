@@ -48,6 +48,7 @@ from aap_server.runtime.registry import (
 from aap_server.runtime.seed import guard_client_config, guard_new_session
 from aap_server.runtime.tool_runs import close_interrupted
 from aap_server.runtime.turn import TurnRun
+from aap_server.runtime.turn_lease import TurnLeases
 from aap_server.runtime.validation import (
     RequestLimits,
     check_limits,
@@ -125,6 +126,7 @@ class AapService:
         refuse_modified_input: bool = False,
         limits: RequestLimits | None = None,
         principal_limits: PrincipalLimits | None = None,
+        turn_lease_seconds: float = 30.0,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -140,6 +142,8 @@ class AapService:
         self.refuse_modified_input = refuse_modified_input
         self.limits = limits or RequestLimits()
         self._active: dict[str, str] = {}  # session id -> running turn id
+        # The same rule across replicas sharing a database (see runtime/turn_lease.py).
+        self.leases = TurnLeases(store, turn_lease_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
@@ -230,6 +234,9 @@ class AapService:
         """Deletes the session, unless a turn is running on it (409, like a second turn:
         the running turn would otherwise fail half-way writing into a session that is gone)."""
         await self._refuse_if_busy(principal, session_id)
+        if (holder := await self.leases.holder(session_id)) is not None:  # another replica's
+            await self._record(principal, session_id)
+            raise _turn_in_progress(session_id, holder)
         self._deleting.add(session_id)  # no turn may start while the rows go
         try:
             deleted = await self.store.delete_session(session_id, principal.owner)
@@ -246,12 +253,7 @@ class AapService:
         active = self._active.get(session_id)
         if active is None:  # being deleted
             raise _session_not_found(session_id)
-        raise ConflictError(
-            f"session {session_id!r} is running turn {active}; one turn at a time",
-            code="turn_in_progress",
-            details={"activeTurnId": active},
-            retry_after_seconds=1,
-        )
+        raise _turn_in_progress(session_id, active)
 
     async def audit(
         self, principal: Principal, session_id: str, after: str | None
@@ -304,6 +306,9 @@ class AapService:
         self.principal_limits.start_turn(principal.owner)
         self._active[session_id] = turn.turn_id
         try:
+            if (holder := await self.leases.take(session_id, turn.turn_id)) is not None:
+                await self._record(principal, session_id)  # not yours: 404, busy or not
+                raise _turn_in_progress(session_id, holder)
             snapshot = await self.store.load_turn(session_id, principal.owner)
             if snapshot is None:
                 raise _session_not_found(session_id)
@@ -322,6 +327,7 @@ class AapService:
                 )
                 turn.queue.put_nowait(None)
                 del self._active[session_id]
+                await self.leases.release(session_id, turn.turn_id)
                 self.principal_limits.end_turn(principal.owner)
                 return turn
             validate_turn_messages(hosted, messages, pending, self.clock())
@@ -339,6 +345,7 @@ class AapService:
         except BaseException:
             del self._active[session_id]
             self.principal_limits.end_turn(principal.owner)
+            await self.leases.release(session_id, turn.turn_id)
             raise
         task = asyncio.create_task(self._finish(run, turn, session_id))
         self._tasks.add(task)
@@ -416,6 +423,7 @@ class AapService:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
             self._active.pop(session_id, None)
+            await self.leases.release(session_id, turn.turn_id)
             turn.queue.put_nowait(None)
 
     async def shutdown(self, grace_seconds: float) -> None:
@@ -430,3 +438,12 @@ class AapService:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*still_running, return_exceptions=True)
+
+
+def _turn_in_progress(session_id: str, turn_id: str) -> ConflictError:
+    return ConflictError(
+        f"session {session_id!r} is running turn {turn_id}; one turn at a time",
+        code="turn_in_progress",
+        details={"activeTurnId": turn_id},
+        retry_after_seconds=1,
+    )
