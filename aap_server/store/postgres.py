@@ -67,6 +67,9 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
     asyncpg.InterfaceError,
+    # A query sent as the server's "terminating connection" notice arrives finds the
+    # connection in a state it cannot leave: the same lost connection.
+    asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
@@ -373,21 +376,29 @@ class PostgresSessionStore(SessionStore):
         if pool is None:
             raise RuntimeError("PostgresSessionStore is not open")
         async with pool.acquire(timeout=self._settings.timeout_seconds) as conn:
-            if not write:
-                return await body(conn)
-            transaction = conn.transaction()
-            await transaction.start()
             try:
-                result = await body(conn)
-            except BaseException:
-                if not conn.is_closed():
+                if not write:
+                    return await body(conn)
+                transaction = conn.transaction()
+                await transaction.start()
+                try:
+                    result = await body(conn)
+                except _TRANSIENT:
+                    raise
+                except BaseException:
                     await transaction.rollback()
+                    raise
+                try:
+                    await transaction.commit()
+                except _TRANSIENT as error:
+                    raise _CommitInFlight() from error
+                return result
+            except _CommitInFlight:
+                conn.terminate()
                 raise
-            try:
-                await transaction.commit()
-            except _TRANSIENT as error:
-                raise _CommitInFlight() from error
-            return result
+            except _TRANSIENT:
+                conn.terminate()  # never handed out again: the pool connects anew
+                raise
 
     async def _run(self, body: Callable[[Connection], Awaitable[_T]], write: bool = False) -> _T:
         attempts = max(1, self._settings.attempts)

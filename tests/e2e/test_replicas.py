@@ -5,6 +5,7 @@ own cluster (tests/postgres_cluster.py), a fresh database per test."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import time
@@ -101,7 +102,7 @@ async def test_any_replica_serves_any_session(replicas: list[ServerProcess]) -> 
         audit = (await c.get(f"/sessions/{session_id}/audit")).json()["records"]
     # One chain, written by two replicas: each entry follows the one before it.
     assert [e["seq"] for e in audit] == list(range(len(audit)))
-    assert all(e["prevHash"] == p["hash"] for p, e in zip(audit, audit[1:], strict=False))
+    assert all(e["prevHash"] == p["hash"] for p, e in itertools.pairwise(audit))
 
     async with client(second) as c:
         assert (await c.delete(f"/sessions/{session_id}")).status_code == 204
@@ -135,9 +136,10 @@ async def test_a_replica_killed_mid_turn_frees_the_session_when_its_lease_lapses
     doomed, survivor, _ = replicas
     session_id = await create(survivor)
     body = {"stream": "delta", "messages": [{"role": "user", "content": "/sleep 10\nlate"}]}
-    async with client(doomed) as c, aconnect_sse(
-        c, "POST", f"/sessions/{session_id}/turns", json=body
-    ) as source:
+    async with (
+        client(doomed) as c,
+        aconnect_sse(c, "POST", f"/sessions/{session_id}/turns", json=body) as source,
+    ):
         events = source.aiter_sse()
         assert (await anext(events)).event == "turn_start"
         doomed.signal(signal.SIGKILL)
