@@ -20,6 +20,7 @@ from httpx_sse import aconnect_sse
 
 from tests.conftest import assert_error
 from tests.e2e.server_process import ServerProcess, server_process
+from tests.e2e.test_aos_endpoint import step
 from tests.postgres_cluster import PostgresCluster
 
 ALICE = {"Authorization": "Bearer key-alice"}
@@ -182,3 +183,26 @@ async def test_a_database_restart_during_idle_is_survived_and_downtime_is_a_503(
         postgres_cluster.start()
     async with client(replicas[1]) as c:
         assert (await c.get(f"/sessions/{session_id}")).status_code == 200
+
+
+async def test_a_callers_aos_verdicts_from_every_replica_form_one_chain(
+    replicas: list[ServerProcess],
+) -> None:
+    async def check(replica: ServerProcess, number: int) -> None:
+        async with client(replica) as c:
+            response = await c.post("/aos", json=step(f"req-{number}"))
+            assert response.status_code == 200, response.text
+            assert "result" in response.json(), response.text
+
+    # Interleaved on two replicas at once: the appends are serialised in the database.
+    await asyncio.gather(*(check(replicas[n % 2], n) for n in range(12)))
+    async with client(replicas[2]) as c:
+        records: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            page = (await c.get("/aos/audit", params={"after": after} if after else {})).json()
+            records += page["records"]
+            if not (after := page.get("next")):
+                break
+    assert [r["seq"] for r in records] == list(range(12))
+    assert all(e["prevHash"] == p["hash"] for p, e in itertools.pairwise(records))
