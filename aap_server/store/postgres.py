@@ -117,9 +117,15 @@ _LIST_AFTER = (
     "SELECT session_id, agent, tools, pending FROM sessions WHERE owner = $1 AND session_id < $2 "
     "ORDER BY session_id DESC LIMIT $3"
 )
-_NEXT_SEQ = {
-    "full": "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = $1",
-    "compacted": "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = $1",
+# Appends number their rows after the last seq in the same statement (one round trip);
+# the session's row lock, taken first, keeps two appends from picking the same seqs.
+_APPEND = {
+    "full": "INSERT INTO history_full (session_id, seq, message) "
+    "SELECT $1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = $1)"
+    " + t.n - 1, t.m FROM unnest($2::bytea[]) WITH ORDINALITY AS t (m, n)",
+    "compacted": "INSERT INTO history_compacted (session_id, seq, message) "
+    "SELECT $1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = $1)"
+    " + t.n - 1, t.m FROM unnest($2::bytea[]) WITH ORDINALITY AS t (m, n)",
 }
 # One statement (one round trip) per batch of rows, whatever its size.
 _INSERT_MESSAGES = {
@@ -229,8 +235,7 @@ if TYPE_CHECKING:  # what the pool hands out: a proxy with the whole Connection 
 async def _append(conn: Connection, kind: HistoryKind, session_id: str, rows: list[bytes]) -> None:
     if not rows:
         return
-    seq: int = await conn.fetchval(_NEXT_SEQ[kind], session_id)
-    await conn.execute(_INSERT_MESSAGES[kind], session_id, list(range(seq, seq + len(rows))), rows)
+    await conn.execute(_APPEND[kind], session_id, rows)
 
 
 async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraft]) -> int:
@@ -615,28 +620,34 @@ class PostgresSessionStore(SessionStore):
 
     # -- turn lease -------------------------------------------------------------------------
 
+    # Each lease operation is one autocommitted statement, safe to retry when its outcome is
+    # unknown: a take that did land finds its own turn holding the lease (taken, too), and
+    # renewing or releasing twice changes nothing more.
+
     async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
         async def take(conn: Connection) -> str | None:
             if await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds) is not None:
                 return None
             holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
+            if holder == turn_id:  # an earlier try of this very call took it
+                return None
             # Released between the two statements: report it held; the client retries.
             return holder or "(finishing)"
 
-        return await self._run(take, write=True)
+        return await self._run(take)
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
         async def renew(conn: Connection) -> bool:
             status = await conn.execute(_RENEW_LEASE, session_id, turn_id, ttl_seconds)
             return status == "UPDATE 1"
 
-        return await self._run(renew, write=True)
+        return await self._run(renew)
 
     async def release_turn(self, session_id: str, turn_id: str) -> None:
         async def release(conn: Connection) -> None:
             await conn.execute(_RELEASE_LEASE, session_id, turn_id)
 
-        await self._run(release, write=True)
+        await self._run(release)
 
     async def turn_holder(self, session_id: str) -> str | None:
         async def read(conn: Connection) -> str | None:
