@@ -221,3 +221,27 @@ async def test_session_and_turn_queries_read_the_same_at_1k_and_200k_sessions(
         # A B-tree 200 times larger is at most a level or two deeper: a few more pages,
         # never pages in proportion to the sessions.
         assert buffers <= small[name][1] + 4, (name, small[name], large[name])
+
+
+async def test_a_replica_never_opens_more_than_db_pool_max_connections(dsn: str) -> None:
+    store = pg_store(dsn, pool_min=0, pool_max=2)
+    await store.open()
+    try:
+        record = new_record()
+        await store.create_session(record, [user("hi")])
+        # 30 operations at once queue for the two connections; all of them complete.
+        found = await asyncio.gather(
+            *(store.get_session(record.session_id, "alice") for _ in range(30))
+        )
+        assert found == [record] * 30
+        conn = await asyncpg.connect(dsn)
+        try:
+            opened = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await conn.close()
+        assert opened == 2
+    finally:
+        await store.close()
