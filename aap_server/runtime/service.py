@@ -280,10 +280,16 @@ class AapService:
         interrupted = any(call.resolution == "running" for call in record.pending)
         if interrupted and session_id not in self._active:
             self._active[session_id] = "repair"  # as a turn would: nothing else writes meanwhile
+            repair = new_id("repair_")
             try:
-                await self._close_interrupted(session_id, record.pending)
+                # A tool still running in another replica's turn is not interrupted: repair
+                # only with the lease (read again under it: that turn may have just ended).
+                if await self.leases.take(session_id, repair) is None:
+                    current = await self._record(principal, session_id)
+                    await self._close_interrupted(session_id, current.pending)
             finally:
                 self._active.pop(session_id, None)
+                await self.leases.release(session_id, repair)
         messages = await self.store.load_history(session_id, kind)
         body = HistoryBody(full=messages) if kind == "full" else HistoryBody(compacted=messages)
         return GetSessionHistoryResponse(history=body)

@@ -5,9 +5,13 @@ own cluster (tests/postgres_cluster.py), a fresh database per test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -19,12 +23,13 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from tests.conftest import assert_error
-from tests.e2e.server_process import ServerProcess, server_process
+from tests.e2e.server_process import ServerProcess, free_port, server_process
 from tests.e2e.test_aos_endpoint import step
 from tests.postgres_cluster import PostgresCluster
 
 ALICE = {"Authorization": "Bearer key-alice"}
 LEASE_SECONDS = 2
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -206,3 +211,80 @@ async def test_a_callers_aos_verdicts_from_every_replica_form_one_chain(
                 break
     assert [r["seq"] for r in records] == list(range(12))
     assert all(e["prevHash"] == p["hash"] for p, e in itertools.pairwise(records))
+
+
+def runs(marker: Path) -> str:
+    return marker.read_text() if marker.exists() else ""
+
+
+async def slow_replica(dsn: str, marker: Path, log: Path) -> tuple[str, asyncio.subprocess.Process]:
+    """A replica hosting the `slow` agent (its tool runs a minute), lease LEASE_SECONDS."""
+    port = free_port()
+    with log.open("ab") as output:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "tests.e2e.interrupt_server", str(port), dsn, str(marker)),
+            str(LEASE_SECONDS),
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(timeout=1) as probe:
+        for _ in range(600):
+            with contextlib.suppress(httpx.TransportError):
+                if (await probe.get(f"{base}/meta", headers=ALICE)).status_code == 200:
+                    return base, process
+            assert process.returncode is None, runs(log)
+            await asyncio.sleep(0.05)
+    raise AssertionError(runs(log))
+
+
+async def test_a_tool_running_on_one_replica_is_not_closed_by_another_until_its_replica_dies(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    dsn = postgres_cluster.new_database()
+    marker = tmp_path / "runs"
+    (runner, runner_process), (reader, reader_process) = await asyncio.gather(
+        slow_replica(dsn, marker, tmp_path / "a.log"), slow_replica(dsn, marker, tmp_path / "b.log")
+    )
+    try:
+        async with httpx.AsyncClient(base_url=runner, headers=ALICE, timeout=10) as a:
+            body = {"agent": {"name": "slow", "tools": [{"name": "slow", "trust": True}]}}
+            session_id = (await a.post("/sessions", json=body)).json()["sessionId"]
+        url = f"{runner}/sessions/{session_id}/turns"
+        say = {"stream": "delta", "messages": [{"role": "user", "content": "/run"}]}
+        async with (
+            httpx.AsyncClient(headers=ALICE, timeout=10) as a,
+            a.stream("POST", url, json=say) as response,
+        ):
+            assert response.status_code == 200
+            for _ in range(200):  # the tool has started: its call is stored as running
+                if runs(marker):
+                    break
+                await asyncio.sleep(0.05)
+            assert runs(marker) == "run\n"
+
+            async with httpx.AsyncClient(base_url=reader, headers=ALICE, timeout=10) as b:
+                path = f"/sessions/{session_id}/history"
+                while_running = (await b.get(path, params={"type": "full"})).json()
+                # Another replica's read does not pass the live call off as interrupted.
+                assert not [m for m in while_running["history"]["full"] if m["role"] == "tool"]
+
+                runner_process.send_signal(signal.SIGKILL)
+                await runner_process.wait()
+                # Once the dead replica's lease lapses, a read closes the call with an error.
+                deadline = time.monotonic() + 10 * LEASE_SECONDS
+                while True:
+                    full = (await b.get(path, params={"type": "full"})).json()["history"]["full"]
+                    if [m for m in full if m["role"] == "tool"]:
+                        break
+                    assert time.monotonic() < deadline, full
+                    await asyncio.sleep(0.2)
+        [result] = [m for m in full if m["role"] == "tool"]
+        assert "interrupted" in result["content"], result
+    finally:
+        for process in (runner_process, reader_process):
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
