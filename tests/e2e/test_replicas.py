@@ -148,6 +148,8 @@ async def test_a_replica_killed_mid_turn_frees_the_session_when_its_lease_lapses
     ):
         events = source.aiter_sse()
         assert (await anext(events)).event == "turn_start"
+        async with client(survivor) as other:  # no deleting it under the running turn either
+            assert_error(await other.delete(f"/sessions/{session_id}"), 409, "turn_in_progress")
         doomed.signal(signal.SIGKILL)
         await doomed.exit_code()
 
