@@ -245,3 +245,48 @@ async def test_a_replica_never_opens_more_than_db_pool_max_connections(dsn: str)
         assert opened == 2
     finally:
         await store.close()
+
+
+def test_audit_verify_checks_the_chains_in_a_postgresql_database(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aap_server.cli import main
+    from aap_server.store import AuditDraft
+
+    async def fill() -> None:
+        store = pg_store(dsn)
+        await store.open()
+        try:
+            record = new_record()
+            draft = AuditDraft(
+                turn_id="turn_1",
+                step_id="s1",
+                method="steps/message",
+                decision="allow",
+                reason_codes=[],
+                latency_us=1,
+                at="2026-01-01T00:00:00.000Z",
+            )
+            await store.create_session(record, [user("hi")], audit=[draft, draft])
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    assert main(["audit", "verify", "--db", dsn]) == 0
+    assert "1 chain" in capsys.readouterr().out
+    # An "allow" rewritten to "deny" after the fact.
+    conn_sql = (
+        "UPDATE audit_entries SET entry = convert_to(replace(convert_from(entry, 'UTF8'), "
+        "'\"allow\"', '\"deny\"'), 'UTF8') WHERE seq = 0"
+    )
+
+    async def tamper() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(conn_sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(tamper())
+    assert main(["audit", "verify", "--db", dsn]) == 1
+    assert "BROKEN" in capsys.readouterr().out
