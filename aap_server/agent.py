@@ -26,6 +26,7 @@ from aap_server.protocol import (
     AgentOption,
     ApplicationCapabilities,
     AssistantMessage,
+    Consequence,
     Content,
     ContentBlock,
     Empty,
@@ -57,6 +58,7 @@ __all__ = [
     "AssistantMessage",
     "CompactionPlan",
     "CompactionStrategy",
+    "Consequence",
     "Content",
     "ContentBlock",
     "Empty",
@@ -190,6 +192,9 @@ class AgentState(abc.ABC):
     not a guarded step: state never reaches the model by itself, only through a step that is
     checked (memory recalled from it, a tool result built from it)."""
 
+    # Who the session belongs to (`org:user`): the key of per-principal memory.
+    owner: str = ""
+
     @abc.abstractmethod
     def get(self, key: str, default: Any = None) -> Any:
         """The stored JSON value, or `default`."""
@@ -212,6 +217,11 @@ class ToolContext(abc.ABC):
         self, query: str, keywords: list[str] | None = None
     ) -> list[KnowledgeItem]:
         """Query the agent's knowledge; the results the guardian allows (maybe modified)."""
+
+    async def remember(self, items: list[str]) -> list[str]:
+        """Store items in the agent's memory (a guarded `steps/memoryStore`); what was
+        stored, maybe modified, or [] when the guardian denied it."""
+        raise ToolError("this agent has no memory")
 
     @abc.abstractmethod
     async def mcp_send(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +280,15 @@ class ServerTool:
     timeout_seconds: float = 10.0
     # Set `requires_authorization` to have a human approve every call (AOM a2h_policy).
     a2h_policy: A2hPolicy | None = None
+    # What a call does to the world (unset: it only reads) and which arguments name its
+    # recipient or target. The default policy asks a human before a consequential call whose
+    # target the user never mentioned, or whose values came only from untrusted content.
+    consequence: Consequence | None = None
+    targets: tuple[str, ...] = ()
+    # What this tool returns is the user's own trusted data (an address book, the user's
+    # settings), not content someone else could have written: values in it count as the
+    # user's for the guardian's provenance checks.
+    trusted_output: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -278,6 +297,8 @@ class ServerTool:
             title=self.title,
             description=self.description,
             parameters=self.parameters,
+            consequence=self.consequence,
+            targets=list(self.targets) or None,
         )
 
 
@@ -382,6 +403,9 @@ class Agent:
     # Checks a client's value of one of `options` (name, value): the problem, or None. A
     # problem is a 400 naming the option when the session is created or a turn changes it.
     option_check: Callable[[str, str], str | None] | None = None
+    # Called once when the server stops, after the model's `aclose` (e.g. to close the
+    # connections of MCP servers the agent's tools use).
+    close_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @property
     def info(self) -> AgentInfo:

@@ -24,6 +24,7 @@ from aap_server.api.docs import docs_serving
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import HealthCache, get_health
+from aap_server.api.memories import MemoriesController
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import Settings
@@ -185,6 +186,8 @@ def create_app(
             for agent in hosted_agents:  # their models' connections (e.g. to an LLM endpoint)
                 try:
                     await agent.model.aclose()
+                    for close in agent.close_hooks:  # e.g. its MCP servers' connections
+                        await close()
                 except Exception:
                     logger.exception("closing agent %s failed", agent.name)
 
@@ -196,6 +199,7 @@ def create_app(
             SessionsController,
             post_aos,
             get_aos_audit,
+            MemoriesController,
             *console_routes(settings),
         ],
         on_startup=[open_store],

@@ -13,7 +13,8 @@ from aap_server.runtime.steps import StepFactory
 class TurnState(AgentState):
     """Agent-private state: read once per turn, written with the turn's next step."""
 
-    def __init__(self, values: dict[str, Any]) -> None:
+    def __init__(self, values: dict[str, Any], owner: str = "") -> None:
+        self.owner = owner
         self._values = values
         self._dirty: dict[str, Any] = {}
 
@@ -39,6 +40,12 @@ class GuardedResources:
         self.checks = checks
         self.steps = steps
         self.state = state
+        # Knowledge the model was given since the last agent message: that message cites it.
+        self._cited: dict[str, KnowledgeItem] = {}
+
+    def take_citations(self) -> list[KnowledgeItem]:
+        cited, self._cited = list(self._cited.values()), {}
+        return cited
 
     async def recall(self) -> list[str]:
         memory = self.agent.memory
@@ -56,18 +63,19 @@ class GuardedResources:
             return list(verdict.modified_request.params.memory)
         return items
 
-    async def remember(self, items: list[str]) -> None:
+    async def remember(self, items: list[str]) -> list[str]:
         memory = self.agent.memory
         if memory is None or not items:
-            return
+            return []
         verdict = await self.checks.check(self.steps.memory_store(items))
         if verdict.decision == "deny":
-            return
+            return []
         if verdict.decision == "modify" and isinstance(
             verdict.modified_request, aos.MemoryStoreStep
         ):
             items = list(verdict.modified_request.params.memory)
         await memory.remember(self.state, items)
+        return items
 
     async def retrieve_knowledge(
         self, query: str, keywords: list[str] | None
@@ -82,7 +90,7 @@ class GuardedResources:
         if verdict.decision == "modify" and isinstance(
             verdict.modified_request, aos.KnowledgeRetrievalStep
         ):
-            return [
+            items = [
                 KnowledgeItem(
                     id=result.id,
                     content=result.content,
@@ -91,6 +99,7 @@ class GuardedResources:
                 )
                 for result in verdict.modified_request.params.knowledge_step.results
             ]
+        self._cited.update((item.id, item) for item in items)
         return items
 
     async def guard_protocol(
@@ -122,6 +131,11 @@ class GuardedToolContext(ToolContext):
         self, query: str, keywords: list[str] | None = None
     ) -> list[KnowledgeItem]:
         return await self._resources.retrieve_knowledge(query, keywords)
+
+    async def remember(self, items: list[str]) -> list[str]:
+        if self._resources.agent.memory is None:
+            return await super().remember(items)
+        return await self._resources.remember(items)
 
     async def mcp_send(self, message: dict[str, Any]) -> dict[str, Any]:
         return await self._resources.guard_protocol("MCP", message, "outbound")

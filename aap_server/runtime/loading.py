@@ -114,7 +114,12 @@ def load_agents(
     for index, reference in enumerate(modules):
         loaded += from_module(reference, f"agent_modules[{index}]")
     for index, spec in enumerate(declared):
-        loaded.append(LoadedAgent(llm_agent(spec), f"agents[{index}] ({spec.name!r})"))
+        source = f"agents[{index}] ({spec.name!r})"
+        try:
+            agent = llm_agent(spec)
+        except ValueError as error:  # a folder, an MCP server: named by the message
+            raise AgentLoadError(f"{source}: {error}") from error
+        loaded.append(LoadedAgent(agent, source))
     agents = check_unique(loaded)
     if not agents:
         logger.warning(

@@ -12,7 +12,9 @@ from aap_server.protocol import (
     ServerToolRef,
     ToolSpec,
 )
-from aap_server.runtime.errors import InvalidRequestError
+from aap_server.runtime.errors import InvalidRequestError, NotFoundError
+from aap_server.runtime.principal import Principal
+from aap_server.toolkits.memory import MemoryRecord, SqliteMemory
 
 SECRET_PLACEHOLDER = "***"  # noqa: S105 - the mask shown instead of a secret
 
@@ -92,3 +94,37 @@ class AgentRegistry:
 
     def find(self, name: str) -> HostedAgent | None:
         return self._agents.get(name)
+
+    # --- long-term memory, as its principal sees it (GET/DELETE /memories) ------------------
+
+    def memory_books(self) -> dict[str, SqliteMemory]:
+        """The agents whose memory a principal can list and delete, by name."""
+        return {
+            name: hosted.agent.memory
+            for name, hosted in self._agents.items()
+            if isinstance(hosted.agent.memory, SqliteMemory)
+        }
+
+    async def list_memories(self, principal: Principal, agent: str | None) -> list[MemoryRecord]:
+        """The principal's memories (of one agent, or of all), newest first."""
+        books = self.memory_books()
+        if agent is not None:
+            if agent not in books:
+                raise InvalidRequestError(
+                    f"agent: {agent!r} is not an agent with memory "
+                    f"(with memory: {', '.join(books) or 'none'})",
+                    code="unknown_agent",
+                )
+            books = {agent: books[agent]}
+        records: list[MemoryRecord] = []
+        for book in books.values():
+            records.extend(await book.list(principal.owner))
+        records.sort(key=lambda record: record.id, reverse=True)
+        return records
+
+    async def delete_memory(self, principal: Principal, memory_id: str) -> None:
+        """Delete one of the principal's memories (another principal's is not found)."""
+        for book in self.memory_books().values():
+            if await book.delete(principal.owner, memory_id):
+                return
+        raise NotFoundError(f"memory {memory_id!r} not found")

@@ -139,7 +139,7 @@ class TurnRun:
         )
         self.checks = GuardianChecks(guardian, session_id, turn_id, guardian_memory)
         self.context = compacted
-        self.state = TurnState(state)
+        self.state = TurnState(state, owner=principal.owner)
         self.resources = GuardedResources(self.agent, self.checks, self.steps, self.state)
         self.tools = ToolRunner(
             hosted.tools_by_name,
@@ -338,7 +338,9 @@ class TurnRun:
 
         blocks = message_blocks(thinking.whole, text.whole)
         if blocks:
-            verdict = await self.checks.check(self.steps.message("agent", blocks))
+            verdict = await self.checks.check(
+                self.steps.message("agent", blocks, cited=self.resources.take_citations())
+            )
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":

@@ -59,6 +59,9 @@ from aap_server.agent import (
     text_of,
 )
 from aap_server.toolkits.builtin_tools import BUILTIN_TOOLS
+from aap_server.toolkits.knowledge import KnowledgeBase, search_knowledge_tool
+from aap_server.toolkits.mcp_tools import McpServerSpec, McpToolset
+from aap_server.toolkits.memory import SqliteMemory, remember_tool
 from aap_server.toolkits.openai_chat import (
     Sleep,
     TransportLimits,
@@ -155,6 +158,22 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_retry_wait_seconds: float = 30.0
     max_event_bytes: int = 1024 * 1024
     max_response_bytes: int = 16 * 1024 * 1024
+    # MCP servers whose tools the agent serves as `<server>__<tool>` (README § MCP tools).
+    mcp_servers: list[McpServerSpec] = msgspec.field(default_factory=list)
+    # Folders of documents the model searches with the built-in `search_knowledge` tool;
+    # documents whose path (relative to its folder) matches a `knowledge_confidential` glob
+    # are confidential.
+    knowledge: list[str] = msgspec.field(default_factory=list)
+    knowledge_confidential: list[str] = msgspec.field(default_factory=list)
+    knowledge_chunk_chars: int = 1200
+    knowledge_max_results: int = 5
+    knowledge_rescan_seconds: float = 5.0
+    knowledge_max_file_bytes: int = 20 * 1024 * 1024
+    # Long-term memory per principal (the built-in `remember` tool), in this SQLite file.
+    memory: bool = False
+    memory_db: str = "./aap-memory.db"
+    memory_max_items: int = 200
+    memory_recall_limit: int = 20
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -204,6 +223,13 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("max_event_bytes: must be at least 1024")
         if self.max_response_bytes < self.max_event_bytes:
             raise ValueError("max_response_bytes: must be at least max_event_bytes")
+        names = [server.name for server in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ValueError("mcp_servers: two servers have one name")
+        if self.knowledge_rescan_seconds < 0:
+            raise ValueError("knowledge_rescan_seconds: must not be negative")
+        if self.memory_max_items < 1 or self.memory_recall_limit < 1:
+            raise ValueError("memory_max_items, memory_recall_limit: must be at least 1")
 
     def with_key_from(self, environ: Mapping[str, str]) -> LlmAgentSpec:
         """The spec with `api_key` read from `api_key_env` (a ValueError if it is not set)."""
@@ -576,6 +602,44 @@ def llm_agent(
     }
     options: list[AgentOption] = [defaults[name] for name in spec.options]
     host = urlsplit(spec.base_url).hostname or spec.base_url
+    # Each part is built (folders read, MCP servers listed) here, at start: a problem is a
+    # start-up error naming the field.
+    toolsets = [McpToolset(server) for server in spec.mcp_servers]
+    knowledge = (
+        KnowledgeBase(
+            spec.knowledge,
+            confidential=spec.knowledge_confidential,
+            chunk_chars=spec.knowledge_chunk_chars,
+            overlap_chars=spec.knowledge_chunk_chars // 6,
+            max_results=spec.knowledge_max_results,
+            rescan_seconds=spec.knowledge_rescan_seconds,
+            max_file_bytes=spec.knowledge_max_file_bytes,
+        )
+        if spec.knowledge
+        else None
+    )
+    memory = (
+        SqliteMemory(
+            spec.memory_db,
+            agent=spec.name,
+            max_items=spec.memory_max_items,
+            recall_limit=spec.memory_recall_limit,
+        )
+        if spec.memory
+        else None
+    )
+    all_tools = [
+        *(BUILTIN_TOOLS[name] for name in spec.tools),
+        *(tool for toolset in toolsets for tool in toolset.tools),
+        *([search_knowledge_tool()] if knowledge else []),
+        *([remember_tool()] if memory else []),
+        *tools,
+    ]
+    seen: set[str] = set()
+    for tool in all_tools:
+        if tool.name in seen:
+            raise ValueError(f"tools: two tools are named {tool.name!r}")
+        seen.add(tool.name)
     return Agent(
         name=spec.name,
         version=spec.version,
@@ -592,7 +656,13 @@ def llm_agent(
             application=ApplicationCapabilities(tools=Empty()),
             image=ImageCapabilities(http=Empty(), data=Empty()) if spec.images else None,
         ),
-        tools=[*(BUILTIN_TOOLS[name] for name in spec.tools), *tools],
+        tools=all_tools,
         option_check=check_option,
         compaction=KeepRecentTurns(max_messages=spec.max_history_messages),
+        knowledge=knowledge,
+        memory=memory,
+        close_hooks=[
+            *(toolset.aclose for toolset in toolsets),
+            *([memory.aclose] if memory else []),
+        ],
     )

@@ -78,12 +78,15 @@ async def test_every_endpoint_is_documented_with_its_bodies(
 def test_paths_are_exactly_the_aap_endpoints(served: dict[str, Any]) -> None:
     documented = {(m, p) for p, ops in served["paths"].items() for m in ops if m != "parameters"}
     # The AAP endpoints, the AOS guardian endpoint (tests/e2e/test_aos_endpoint.py) and the
-    # health check (tests/e2e/test_remote_guardian.py) and the caller's AOS audit trail
-    # (tests/e2e/test_audit_trail.py).
+    # health check (tests/e2e/test_remote_guardian.py), the caller's AOS audit trail
+    # (tests/e2e/test_audit_trail.py) and the memories extension
+    # (tests/e2e/test_mcp_knowledge_memory.py).
     assert documented == {(method, path) for method, path, *_ in ENDPOINTS} | {
         ("post", "/aos"),
         ("get", "/aos/audit"),
         ("get", "/health"),
+        ("get", "/memories"),
+        ("delete", "/memories/{memory_id}"),
     }
 
 

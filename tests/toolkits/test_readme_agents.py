@@ -4,6 +4,8 @@ through `agent_modules`, against a fake OpenAI-compatible endpoint."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -103,3 +105,33 @@ async def test_the_one_file_agent_is_served_from_agent_modules_and_uses_its_tool
     }
     assert messages[2] == {"role": "assistant", "content": "0.75 EUR a kg."}
     assert fake.requests[1].body["messages"][-1]["content"] == "0.75 EUR per kg"
+
+
+async def test_the_mcp_knowledge_and_memory_agents_appear_in_meta_as_documented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### MCP tools, knowledge and memory") :]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    monkeypatch.chdir(tmp_path)  # ./docs and ./aap-memory.db, as the example has them
+    (tmp_path / "docs" / "hr").mkdir(parents=True)
+    (tmp_path / "docs" / "welcome.md").write_text("Welcome aboard.", encoding="utf-8")
+    # `mcp-server-time` is installed next to this Python (the dev extra).
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    config = tmp_path / "aap.toml"
+    config.write_text(block.group(1), encoding="utf-8")
+    settings = load_settings(config, environ={}, overrides={"entry_point_agents": False})
+    async with (
+        serve(create_app(settings)) as base_url,
+        httpx.AsyncClient(base_url=base_url) as client,
+    ):
+        meta = (await client.get("/meta")).json()
+    agents = {agent["name"]: agent for agent in meta["agents"]}
+    assert list(agents) == ["clock", "handbook", "buddy"]
+    clock_tools = [tool["name"] for tool in agents["clock"]["tools"]]
+    assert clock_tools == ["time__get_current_time", "time__convert_time"]
+    assert "UTC" in json.dumps(agents["clock"]["tools"])  # the server's own descriptions
+    assert "tools" not in agents["handbook"]
+    assert "tools" not in agents["buddy"]
+    assert (tmp_path / "aap-memory.db").exists()

@@ -1,0 +1,449 @@
+"""Server tools backed by MCP servers (stdio or streamable HTTP), through the official `mcp` SDK.
+
+`McpToolset(spec)` is one MCP server for one process: it lists the server's tools once at
+start (so `/meta` can show them) and pins each tool by the sha256 of its name, description and
+input schema. The serving connection is opened lazily, by the first call, in the server's own
+event loop, reused by every later call of every session, and closed by `aclose()` (the server
+calls it at shutdown through `Agent.close_hooks`).
+
+Every MCP message of a call goes through the turn's guardian as `protocols/MCP`
+(`ToolContext.mcp_send` before it is sent, `ToolContext.mcp_receive` before it is used), as
+`specs/aos/extend_mcp.md` says: a denied request is not sent, a denied answer is not used, a
+modified one is sent or used as modified. Before a connection's first call its `tools/list` is
+sent and screened the same way (tool descriptions are untrusted text the model reads) and
+compared with the pins: a tool whose description or schema changed since it was first seen (a
+"rug pull") is refused, and the refusal names the tool and both hashes. A server's
+`notifications/tools/list_changed` makes the next call list and compare again.
+
+The guardian sees the JSON-RPC messages as the SDK sends them (method and params, and the
+result as the server returned it); the `id` is this toolset's own counter. The connection's
+`initialize` handshake is shown to the guardian as well (deny enforced; the SDK owns its
+content, so a modification of it is not applied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from aap_server.agent import ServerTool, StepDeniedError, ToolContext, ToolError
+
+__all__ = ["McpServerSpec", "McpTool", "McpToolset", "tool_pin"]
+
+logger = logging.getLogger("aap_server.mcp")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+# The separator between a server's name and its tool's in the agent's tool names.
+SEPARATOR = "__"
+# OpenAI-compatible endpoints accept tool names of at most 64 characters.
+MAX_TOOL_NAME = 64
+
+
+class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One MCP server of an agent (`mcp_servers = [{...}]`): a command to run (stdio) or the
+    URL of a streamable HTTP endpoint. Its tools become the agent's `<name>__<tool>`."""
+
+    name: str
+    command: str = ""
+    args: list[str] = msgspec.field(default_factory=list)
+    # Extra environment variables for the command (merged over a minimal safe environment).
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    cwd: str | None = None
+    url: str = ""
+    # Serve only these of the server's tools (default: all).
+    tools: list[str] | None = None
+    # Whether clients see the tools in /meta and enable them per session (else always on).
+    exposed: bool = True
+    connect_timeout_seconds: float = 30.0
+    call_timeout_seconds: float = 60.0
+    max_tools: int = 64
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise ValueError(
+                "name: 1-32 letters, digits, '_' or '-', starting with a letter or digit"
+            )
+        if bool(self.command) == bool(self.url):
+            raise ValueError("set command (a stdio server) or url (streamable HTTP), not both")
+        if self.url and not re.match(r"https?://[^/\s]+", self.url):
+            raise ValueError("url: must be an http:// or https:// URL")
+        for field_name in ("connect_timeout_seconds", "call_timeout_seconds"):
+            if not getattr(self, field_name) > 0:
+                raise ValueError(f"{field_name}: must be positive")
+        if not 1 <= self.max_tools <= 1024:
+            raise ValueError("max_tools: must be within 1..1024")
+
+    def __repr__(self) -> str:  # env values may be secrets
+        where = self.url or self.command
+        return f"McpServerSpec(name={self.name!r}, {where!r})"
+
+    __str__ = __repr__
+
+
+class McpTool(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool as an MCP server lists it."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict, name="inputSchema")
+    title: str | None = None
+
+
+def tool_pin(tool: McpTool) -> str:
+    """The sha256 (hex) of what the model reads of a tool: name, description, input schema."""
+    read = [tool.name, tool.description, tool.input_schema]
+    canonical = msgspec.json.encode(read, order="sorted")
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _listed(result: dict[str, Any]) -> list[McpTool]:
+    """The tools of a `tools/list` result (raises ToolError when it is not one)."""
+    try:
+        return msgspec.convert(result.get("tools", []), list[McpTool], strict=False)
+    except msgspec.ValidationError as error:
+        raise ToolError(f"the MCP server's tools/list answer is malformed: {error}") from error
+
+
+class _Connection:
+    """One live session with the server, owned by a background task: the SDK's transports are
+    context managers that must be entered and left by the same task."""
+
+    def __init__(self, spec: McpServerSpec, on_list_changed: Callable[[], None]) -> None:
+        self.spec = spec
+        self._on_list_changed = on_list_changed
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def open(self) -> tuple[Any, dict[str, Any]]:
+        """The initialized session and the server's `initialize` result."""
+        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._own(ready), name=f"mcp:{self.spec.name}")
+        # Shielded: a call that times out while connecting leaves the connection to finish.
+        async with asyncio.timeout(self.spec.connect_timeout_seconds):
+            opened: tuple[Any, dict[str, Any]] = await asyncio.shield(ready)
+            return opened
+
+    async def _handle(self, message: Any) -> None:
+        method = getattr(getattr(message, "root", message), "method", None)
+        if method == "notifications/tools/list_changed":
+            self._on_list_changed()
+
+    async def _own(self, ready: asyncio.Future[Any]) -> None:
+        from mcp import ClientSession  # the SDK is imported only by agents that use MCP
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = await stack.enter_async_context(_transport(self.spec))
+                session = await stack.enter_async_context(
+                    ClientSession(
+                        streams[0],
+                        streams[1],
+                        read_timeout_seconds=self.spec.call_timeout_seconds,
+                        message_handler=self._handle,
+                        client_info=_client_info(),
+                    )
+                )
+                initialized = _dump(await session.initialize())
+                ready.set_result((session, initialized))
+                await self._stop.wait()
+        except Exception as error:
+            if not ready.done():
+                ready.set_exception(error)
+            else:
+                logger.warning("MCP server %r: connection lost: %r", self.spec.name, error)
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            try:
+                async with asyncio.timeout(self.spec.connect_timeout_seconds):
+                    await self._task
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+
+
+CLIENT_INFO = {"name": "aap-server", "version": "1"}
+
+
+def _client_info() -> Any:
+    from mcp.types import Implementation
+
+    return Implementation(name=CLIENT_INFO["name"], version=CLIENT_INFO["version"])
+
+
+def _transport(spec: McpServerSpec) -> contextlib.AbstractAsyncContextManager[Any]:
+    if spec.url:
+        from mcp.client.streamable_http import streamable_http_client
+
+        return streamable_http_client(spec.url)
+    from mcp import StdioServerParameters, stdio_client
+
+    parameters = StdioServerParameters(
+        command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=spec.cwd
+    )
+    return stdio_client(parameters, errlog=sys.stderr)
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dumped
+
+
+async def _list_all(session: Any, max_tools: int, server: str) -> dict[str, Any]:
+    """Every page of `tools/list`, as one result."""
+    from mcp.types import PaginatedRequestParams
+
+    tools: list[Any] = []
+    cursor: str | None = None
+    while True:
+        params = PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = _dump(await session.list_tools(params=params))
+        tools.extend(page.get("tools", []))
+        if len(tools) > max_tools:
+            raise ToolError(
+                f"MCP server {server!r} lists more than max_tools = {max_tools} tools; "
+                "raise max_tools or pick some with tools = [...]"
+            )
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return {"tools": tools}
+
+
+class McpToolset:
+    """The tools of one MCP server as server tools (see the module docstring)."""
+
+    def __init__(self, spec: McpServerSpec, *, discover: bool = True) -> None:
+        self.spec = spec
+        self._connection: _Connection | None = None
+        self._lock = asyncio.Lock()
+        # Pins of the tools this server was first seen with: tool name -> sha256.
+        self.pins: dict[str, str] = {}
+        # The pins the live connection's screened listing matched (None: list again first).
+        self._verified: dict[str, str] | None = None
+        self._changed: dict[str, str] = {}
+        self._message_id = 0
+        self.listed: list[McpTool] = []
+        self._live: Any = None
+        if discover:
+            self.pin(self.discover())
+
+    # --- start ------------------------------------------------------------------------------
+
+    def discover(self) -> list[McpTool]:
+        """The server's tools, listed once over a short-lived connection (in a thread with its
+        own event loop, so it works whether or not the caller runs one). Raises ValueError
+        naming the server when it cannot be reached or lists too many tools."""
+        outcome: list[Any] = []
+
+        async def list_once() -> None:
+            from mcp import ClientSession
+
+            async with (
+                asyncio.timeout(self.spec.connect_timeout_seconds),
+                _transport(self.spec) as streams,
+                ClientSession(streams[0], streams[1]) as session,
+            ):
+                await session.initialize()
+                outcome.append(await _list_all(session, self.spec.max_tools, self.spec.name))
+
+        def run() -> None:
+            try:
+                asyncio.run(list_once())
+            except BaseException as error:  # reported to the caller's thread below
+                outcome.append(error)
+
+        thread = threading.Thread(target=run, name=f"mcp-discover:{self.spec.name}")
+        thread.start()
+        thread.join()
+        result = outcome[-1] if outcome else None
+        if not isinstance(result, dict):
+            raise ValueError(
+                f"mcp_servers ({self.spec.name!r}): cannot list its tools: {result!r}"
+            ) from (result if isinstance(result, BaseException) else None)
+        return _listed(result)
+
+    def pin(self, tools: list[McpTool]) -> None:
+        """Pin these tools (those the spec selects) as first seen."""
+        wanted = self.spec.tools
+        if wanted is not None:
+            missing = sorted(set(wanted) - {tool.name for tool in tools})
+            if missing:
+                raise ValueError(
+                    f"mcp_servers ({self.spec.name!r}): tools: the server has no tool "
+                    f"{', '.join(map(repr, missing))}"
+                )
+            tools = [tool for tool in tools if tool.name in wanted]
+        self.listed = tools
+        self.pins = {tool.name: tool_pin(tool) for tool in tools}
+
+    @property
+    def tools(self) -> list[ServerTool]:
+        """The pinned tools as the agent's server tools, named `<server>__<tool>`."""
+        return [self._server_tool(tool) for tool in self.listed]
+
+    def _server_tool(self, tool: McpTool) -> ServerTool:
+        name = f"{self.spec.name}{SEPARATOR}{tool.name}"
+        if len(name) > MAX_TOOL_NAME or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ValueError(
+                f"mcp_servers ({self.spec.name!r}): tool {tool.name!r} gives the name {name!r}, "
+                f"which is not 1-{MAX_TOOL_NAME} letters, digits, '_' or '-'"
+            )
+        schema = tool.input_schema or {"type": "object", "properties": {}}
+
+        async def run(arguments: dict[str, Any], context: ToolContext) -> str:
+            return await self.call(tool.name, arguments, context)
+
+        return ServerTool(
+            name=name,
+            title=tool.title,
+            description=tool.description,
+            parameters=schema,
+            run=run,
+            exposed=self.spec.exposed,
+            timeout_seconds=self.spec.connect_timeout_seconds + self.spec.call_timeout_seconds,
+        )
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def _next_id(self) -> int:
+        self._message_id += 1
+        return self._message_id
+
+    def _list_changed(self) -> None:
+        self._verified = None
+
+    async def _session(self, context: ToolContext) -> Any:
+        """The live session, opened (and its tool list screened and compared) if need be."""
+        async with self._lock:
+            connection = self._connection
+            if connection is None or not connection.alive:
+                await self._connect(context)
+            if self._verified is None:
+                await self._verify(self._live, context)
+            return self._live
+
+    async def _connect(self, context: ToolContext) -> None:
+        """Open the serving connection; its `initialize` handshake goes through the guardian
+        too (a denied request: not connected; a denied answer: disconnected). The SDK sends the
+        handshake itself, so a modification of it is not applied."""
+        request: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "id": self._next_id(),
+            "method": "initialize",
+            "params": {"clientInfo": CLIENT_INFO, "capabilities": {}},
+        }
+        await context.mcp_send(request)
+        connection = _Connection(self.spec, self._list_changed)
+        try:
+            session, initialized = await connection.open()
+        except Exception as error:
+            await connection.close()
+            logger.warning("MCP server %r: cannot connect: %r", self.spec.name, error)
+            raise ToolError(f"MCP server {self.spec.name!r} is not reachable") from error
+        try:
+            await context.mcp_receive(
+                {"jsonrpc": "2.0", "id": request["id"], "result": initialized}
+            )
+        except BaseException:
+            await connection.close()
+            raise
+        self._connection, self._live, self._verified = connection, session, None
+
+    async def _verify(self, session: Any, context: ToolContext) -> None:
+        """List the tools through the guardian and compare them with the pins."""
+        request = {"jsonrpc": "2.0", "id": self._next_id(), "method": "tools/list"}
+        await context.mcp_send(request)
+        listing = await _list_all(session, self.spec.max_tools, self.spec.name)
+        answer = await context.mcp_receive(
+            {"jsonrpc": "2.0", "id": request["id"], "result": listing}
+        )
+        seen = {tool.name: tool_pin(tool) for tool in _listed(answer.get("result") or {})}
+        changed = {
+            name: seen.get(name, "(missing)")
+            for name, pinned in self.pins.items()
+            if seen.get(name) != pinned
+        }
+        for name, now in changed.items():
+            logger.warning(
+                "MCP server %r: tool %r changed since it was pinned (sha256 %s -> %s): refused",
+                self.spec.name,
+                name,
+                self.pins[name][:12],
+                now[:12],
+            )
+        self._changed = changed
+        self._verified = seen
+
+    async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> str:
+        """Call one tool: the request and its answer each go through the guardian."""
+        session = await self._session(context)
+        if tool in self._changed:
+            raise ToolError(
+                f"MCP tool {tool!r} of server {self.spec.name!r} changed its description or "
+                f"schema since it was pinned (sha256 {self.pins[tool][:12]} -> "
+                f"{self._changed[tool][:12]}): refused as a possible rug pull"
+            )
+        request: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "id": self._next_id(),
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        }
+        allowed = await context.mcp_send(request)
+        params = allowed.get("params")
+        if not isinstance(params, dict) or params.get("name") != tool:
+            raise StepDeniedError("the guardian's modified MCP request names another tool")
+        call_arguments = params.get("arguments")
+        if not isinstance(call_arguments, dict):
+            call_arguments = {}
+        try:
+            result = _dump(await session.call_tool(tool, call_arguments))
+        except Exception as error:
+            logger.warning("MCP server %r: tools/call %r failed: %r", self.spec.name, tool, error)
+            raise ToolError(f"MCP tool {tool!r} failed: {error}") from error
+        answer = await context.mcp_receive(
+            {"jsonrpc": "2.0", "id": request["id"], "result": result}
+        )
+        used = answer.get("result")
+        if not isinstance(used, dict):
+            raise ToolError(f"MCP tool {tool!r} gave no result")
+        text = _text_of(used)
+        if used.get("isError"):
+            raise ToolError(text or f"MCP tool {tool!r} failed")
+        return text
+
+    async def aclose(self) -> None:
+        """Close the live connection (and stop a stdio server's process)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+
+
+def _text_of(result: dict[str, Any]) -> str:
+    """The text a tool result gives the model: its text blocks, else its structured content."""
+    pieces: list[str] = []
+    for block in result.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            pieces.append(block["text"])
+        else:
+            pieces.append(f"[{block.get('type', 'content')} {block.get('mimeType', '')}]".strip())
+    if not pieces and result.get("structuredContent") is not None:
+        pieces.append(msgspec.json.encode(result["structuredContent"]).decode())
+    return "\n".join(pieces)
