@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
 from aap_server.guardian.policy import PolicyError
 from aap_server.runtime.loading import AgentLoadError
+from aap_server.store.select import is_postgres
 
 if TYPE_CHECKING:
     from aap_server.agent import Agent
@@ -63,11 +64,14 @@ def decide_access(settings: Settings) -> AccessDecision:
     )
 
 
+DB_HELP = "SQLite database file (default ./aap.db), or a postgresql:// URL"
+
+
 def check_database(path: str) -> None:
     """The SQLite file at `path` can be opened for writing (created if missing), or a
     ConfigError naming `db` and the path: found before serving, not as a traceback from
     inside the server's start-up."""
-    if path == ":memory:":
+    if path == ":memory:" or is_postgres(path):  # PostgreSQL: checked when the store opens
         return
     file = Path(path)
     problem = None
@@ -219,17 +223,21 @@ def audit_verify(args: argparse.Namespace) -> int:
     """Check every audit hash chain; exit 1 naming each chain that breaks and where."""
     import asyncio
 
-    from aap_server.store import SqliteSessionStore
+    from aap_server.store.select import open_store
     from aap_server.store.verify import verify_store
 
     settings = _settings(args)
-    if settings.db != ":memory:" and not Path(settings.db).is_file():
+    if (
+        settings.db != ":memory:"
+        and not is_postgres(settings.db)
+        and not Path(settings.db).is_file()
+    ):
         print(f"aap-server: {settings.db}: no such database file", file=sys.stderr)
         return 2
 
     async def run() -> tuple[int, int, int]:
         chains = entries = broken = 0
-        store = SqliteSessionStore(settings.db)
+        store = open_store(settings.db)
         await store.open()
         try:
             async for report in verify_store(store):
@@ -291,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser = commands.add_parser("serve", help="serve the configured agents over AAP v3")
     serve_parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default 8000)")
-    serve_parser.add_argument("--db", help="SQLite database file (default ./aap.db)")
+    serve_parser.add_argument(
+        "--db", help="SQLite database file (default ./aap.db) or a postgresql:// URL"
+    )
     serve_parser.add_argument("--config", help="TOML configuration file")
     serve_parser.add_argument(
         "--allow-open",
@@ -315,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify_parser = audit_commands.add_parser(
         "verify", help="check every audit hash chain (exit 1 if one breaks)"
     )
-    verify_parser.add_argument("--db", help="SQLite database file (default ./aap.db)")
+    verify_parser.add_argument(
+        "--db", help="SQLite database file (default ./aap.db) or a postgresql:// URL"
+    )
     verify_parser.add_argument("--config", help="TOML configuration file")
     verify_parser.set_defaults(handler=audit_verify)
 

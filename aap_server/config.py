@@ -81,7 +81,15 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
+    # A SQLite file (one process), or a postgresql:// URL that several replicas share.
     db: str = "./aap.db"
+    # PostgreSQL only: connections each replica keeps open (at least / at most), how long
+    # taking a connection or one statement may take, and how long a turn's lease on its
+    # session lasts unrenewed (a replica that dies mid-turn frees the session after it).
+    db_pool_min: int = 2
+    db_pool_max: int = 10
+    db_timeout_seconds: float = 10.0
+    turn_lease_seconds: float = 30.0
     api_keys: list[ApiKey] = msgspec.field(default_factory=list)
     # Serve GET /meta without a key (AAP allows capability discovery in public).
     public_meta: bool = True
@@ -150,6 +158,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "max_tools_per_request",
             "max_option_bytes",
             "rate_limit_burst",
+            "db_pool_max",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -170,9 +179,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "health_cache_seconds",
             "audit_retention_days",
             "policy_poll_seconds",
+            "db_timeout_seconds",
+            "turn_lease_seconds",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if not 0 <= self.db_pool_min <= self.db_pool_max:
+            raise ValueError("db_pool_min must be between 0 and db_pool_max")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
         if self.log_level.lower() not in LOG_LEVELS:

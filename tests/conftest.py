@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,9 @@ from aap_server.agent import (
 from aap_server.api import create_app
 from aap_server.config import ApiKey, Settings
 from aap_server.guardian import Guardian, HoldMessage, TextScreen
+
+from .postgres_cluster import PostgresCluster
+from .postgres_cluster import postgres_cluster as start_postgres_cluster
 
 Verdict = Callable[[aos.AosRequest], aos.AosSuccessResult | None]
 
@@ -221,3 +224,10 @@ def tiny_agent(name: str = "tiny", **fields: Any) -> Agent:
     }
     base.update(fields)
     return Agent(**base)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL server of the test session's own (see tests/postgres_cluster.py)."""
+    with start_postgres_cluster() as cluster:
+        yield cluster

@@ -293,3 +293,23 @@ def test_limits_are_on_by_default_and_zero_turns_them_off() -> None:
     assert defaults.max_stored_bytes > 0
     off = load_settings(environ={"AAP_MAX_SESSIONS": "0", "AAP_RATE_LIMIT_PER_SECOND": "0"})
     assert (off.max_sessions, off.rate_limit_per_second) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"AAP_DB_POOL_MIN": "5", "AAP_DB_POOL_MAX": "4"}, "db_pool_min"),
+        ({"AAP_DB_POOL_MAX": "0"}, "db_pool_max"),
+        ({"AAP_DB_TIMEOUT_SECONDS": "0"}, "db_timeout_seconds"),
+        ({"AAP_TURN_LEASE_SECONDS": "-1"}, "turn_lease_seconds"),
+    ],
+)
+def test_database_pool_and_lease_settings_are_checked(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(None, environ=environ)
+
+
+def test_a_postgresql_url_passes_the_start_up_database_check() -> None:
+    from aap_server.cli import check_database
+
+    check_database("postgresql://aap@127.0.0.1:5432/aap")  # checked when the store opens

@@ -42,11 +42,11 @@ from aap_server.runtime import AapService, AgentRegistry, RequestLimits
 from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.loading import load_agents
 from aap_server.store import SessionStore, StoreLimits
-from aap_server.store.sqlite import SqliteSessionStore
 from aap_server.telemetry import Telemetry, provider_from_environment, tracer_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
+from aap_server.store.select import open_store as store_for_db
 
 logger = logging.getLogger("aap_server")
 
@@ -122,9 +122,12 @@ def create_app(
             use_entry_points=settings.entry_point_agents,
         )
     hosted_agents = list(agents)
-    store = store or SqliteSessionStore(
+    store = store or store_for_db(
         settings.db,
         StoreLimits(max_sessions=settings.max_sessions, max_stored_bytes=settings.max_stored_bytes),
+        pool_min=settings.db_pool_min,
+        pool_max=settings.db_pool_max,
+        timeout_seconds=settings.db_timeout_seconds,
     )
     principal_limits = PrincipalLimits(
         requests_per_second=settings.rate_limit_per_second,
@@ -162,6 +165,7 @@ def create_app(
         approval_timeout_seconds=settings.approval_timeout_seconds,
         page_size=settings.page_size,
         refuse_modified_input=settings.refuse_modified_input,
+        turn_lease_seconds=settings.turn_lease_seconds,
         limits=RequestLimits(
             max_messages=settings.max_messages_per_request,
             max_blocks_per_message=settings.max_blocks_per_message,

@@ -21,7 +21,7 @@ from aap_server.runtime import (
     UnavailableError,
 )
 from aap_server.runtime.limits import RateLimitedError
-from aap_server.store import QuotaExceededError
+from aap_server.store import QuotaExceededError, StoreUnavailableError
 
 logger = logging.getLogger("aap_server.api")
 
@@ -112,6 +112,14 @@ def handle_quota_error(_: Request[Any, Any, Any], error: Exception) -> Response[
     )
 
 
+def handle_store_unavailable(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    """The database is unreachable: 503 with Retry-After, never a hung request or a 500."""
+    logger.warning("database unavailable: %s", error)
+    return error_response(
+        503, "unavailable", "the database is unavailable; retry shortly", None, {"Retry-After": "2"}
+    )
+
+
 def handle_validation_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
     """Body or query decoding failed: name the field in the message (`messages[0].role: …`)."""
     assert isinstance(error, ValidationException)
@@ -172,6 +180,7 @@ def handle_unexpected_error(request: Request[Any, Any, Any], error: Exception) -
 EXCEPTION_HANDLERS = {
     AapError: handle_domain_error,
     QuotaExceededError: handle_quota_error,
+    StoreUnavailableError: handle_store_unavailable,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_error,
     RecursionError: handle_recursion_error,

@@ -49,6 +49,7 @@ from aap_server.runtime.registry import (
 from aap_server.runtime.seed import guard_client_config, guard_new_session
 from aap_server.runtime.tool_runs import close_interrupted
 from aap_server.runtime.turn import TurnRun
+from aap_server.runtime.turn_lease import TurnLeases
 from aap_server.runtime.validation import (
     RequestLimits,
     check_limits,
@@ -132,6 +133,7 @@ class AapService:
         limits: RequestLimits | None = None,
         telemetry: Telemetry | None = None,
         principal_limits: PrincipalLimits | None = None,
+        turn_lease_seconds: float = 30.0,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -148,6 +150,8 @@ class AapService:
         self.limits = limits or RequestLimits()
         self.telemetry = telemetry or Telemetry()
         self._active: dict[str, str] = {}  # session id -> running turn id
+        # The same rule across replicas sharing a database (see runtime/turn_lease.py).
+        self.leases = TurnLeases(store, turn_lease_seconds)
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
@@ -243,6 +247,9 @@ class AapService:
         """Deletes the session, unless a turn is running on it (409, like a second turn:
         the running turn would otherwise fail half-way writing into a session that is gone)."""
         await self._refuse_if_busy(principal, session_id)
+        if (holder := await self.leases.holder(session_id)) is not None:  # another replica's
+            await self._record(principal, session_id)
+            raise _turn_in_progress(session_id, holder)
         self._deleting.add(session_id)  # no turn may start while the rows go
         try:
             deleted = await self.store.delete_session(session_id, principal.owner)
@@ -260,12 +267,7 @@ class AapService:
         active = self._active.get(session_id)
         if active is None:  # being deleted
             raise _session_not_found(session_id)
-        raise ConflictError(
-            f"session {session_id!r} is running turn {active}; one turn at a time",
-            code="turn_in_progress",
-            details={"activeTurnId": active},
-            retry_after_seconds=1,
-        )
+        raise _turn_in_progress(session_id, active)
 
     async def audit(
         self, principal: Principal, session_id: str, after: str | None
@@ -292,10 +294,16 @@ class AapService:
         interrupted = any(call.resolution == "running" for call in record.pending)
         if interrupted and session_id not in self._active:
             self._active[session_id] = "repair"  # as a turn would: nothing else writes meanwhile
+            repair = new_id("repair_")
             try:
-                await self._close_interrupted(session_id, record.pending)
+                # A tool still running in another replica's turn is not interrupted: repair
+                # only with the lease (read again under it: that turn may have just ended).
+                if await self.leases.take(session_id, repair) is None:
+                    current = await self._record(principal, session_id)
+                    await self._close_interrupted(session_id, current.pending)
             finally:
                 self._active.pop(session_id, None)
+                await self.leases.release(session_id, repair)
         messages = await self.store.load_history(session_id, kind)
         body = HistoryBody(full=messages) if kind == "full" else HistoryBody(compacted=messages)
         return GetSessionHistoryResponse(history=body)
@@ -319,6 +327,9 @@ class AapService:
         self._active[session_id] = turn.turn_id
         observed: TurnObservation | None = None
         try:
+            if (holder := await self.leases.take(session_id, turn.turn_id)) is not None:
+                await self._record(principal, session_id)  # not yours: 404, busy or not
+                raise _turn_in_progress(session_id, holder)
             snapshot = await self.store.load_turn(session_id, principal.owner)
             if snapshot is None:
                 raise _session_not_found(session_id)
@@ -342,6 +353,7 @@ class AapService:
                 del self._active[session_id]
                 observed.leave(token)
                 observed.stopped(stop.stop_reason, _awaiting_permission(pending))
+                await self.leases.release(session_id, turn.turn_id)
                 self.principal_limits.end_turn(principal.owner)
                 return turn
             validate_turn_messages(hosted, messages, pending, self.clock())
@@ -363,6 +375,7 @@ class AapService:
                 observed.leave(token)
                 observed.rejected(error)
             self.principal_limits.end_turn(principal.owner)
+            await self.leases.release(session_id, turn.turn_id)
             raise
         task = asyncio.create_task(self._finish(run, turn, session_id, observed))
         self._tasks.add(task)
@@ -444,6 +457,7 @@ class AapService:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
             self._active.pop(session_id, None)
+            await self.leases.release(session_id, turn.turn_id)
             turn.queue.put_nowait(None)
             observed.stopped(reason, run.awaiting_permissions)
 
@@ -459,3 +473,12 @@ class AapService:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*still_running, return_exceptions=True)
+
+
+def _turn_in_progress(session_id: str, turn_id: str) -> ConflictError:
+    return ConflictError(
+        f"session {session_id!r} is running turn {turn_id}; one turn at a time",
+        code="turn_in_progress",
+        details={"activeTurnId": turn_id},
+        retry_after_seconds=1,
+    )

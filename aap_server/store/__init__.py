@@ -16,6 +16,7 @@ from aap_server.store.base import (
     SessionStore,
     StepWrite,
     StoreLimits,
+    StoreUnavailableError,
     TurnSnapshot,
     caller_chain,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "SessionStore",
     "StepWrite",
     "StoreLimits",
+    "StoreUnavailableError",
     "TurnSnapshot",
     "caller_chain",
     "entry_hash",

@@ -98,6 +98,11 @@ class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
     next: str | None = None
 
 
+class StoreUnavailableError(Exception):
+    """The database could not be reached (or the connection broke where a retry was not
+    safe); the operation may be retried later. The API answers 503."""
+
+
 class InvalidCursorError(ValueError):
     """The `after` cursor was not one this store issued."""
 
@@ -217,3 +222,27 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def load_state(self, session_id: str) -> dict[str, Any]:
         """The agent-private state of a session (empty when none was stored)."""
+
+    # -- the turn lease: one turn per session across every process sharing the database -----
+    #
+    # A store that only one process ever opens (SQLite) keeps the defaults: the runtime's
+    # in-process lock is then the whole rule. A shared store (PostgreSQL) keeps the lease in
+    # the database, with an expiry so that a process that dies holding it does not lock the
+    # session forever.
+
+    async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
+        """Claim the session's turn lease for `ttl_seconds`: None when claimed, otherwise the
+        id of the turn (on some replica) that holds an unexpired lease."""
+        return None
+
+    async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
+        """Extend `turn_id`'s lease; False when it lapsed and another turn took it."""
+        return True
+
+    async def release_turn(self, session_id: str, turn_id: str) -> None:
+        """Give the lease up (only `turn_id`'s own: a lapsed and retaken one stays)."""
+        return None
+
+    async def turn_holder(self, session_id: str) -> str | None:
+        """The turn holding an unexpired lease on the session, if any."""
+        return None

@@ -265,6 +265,39 @@ class _EncodedStep(msgspec.Struct, frozen=True):
     guardian_memory: bytes | None
 
 
+def encode_step(write: StepWrite) -> _EncodedStep:
+    """Encode a StepWrite on the event loop (validating its compaction) for any backend."""
+    encode = _ENCODER.encode
+    drop, replacement = 0, []
+    if write.compaction is not None:
+        drop = write.compaction.drop
+        if drop < 0:
+            raise ValueError(f"compaction.drop must not be negative, got {drop}")
+        if len(write.compaction.replacement) > drop:
+            raise ValueError(
+                f"compaction replacement has {len(write.compaction.replacement)} "
+                f"messages, more than the {drop} it replaces"
+            )
+        replacement = [encode(m) for m in write.compaction.replacement]
+    tools = write.tools if write.replace_tools else None
+    full = [encode(m) for m in write.full]
+    # Most steps append the same message objects to both histories: encode each once.
+    encoded = {id(m): row for m, row in zip(write.full, full, strict=True)}
+    return _EncodedStep(
+        full=full,
+        compacted=[encoded.get(id(m)) or encode(m) for m in write.compacted],
+        agent=None if write.agent is None else encode(write.agent),
+        set_tools=write.replace_tools,
+        tools=None if tools is None else encode(tools),
+        pending=None if write.pending is None else encode(write.pending),
+        drop=drop,
+        replacement=replacement,
+        state=[(k, encode(v)) for k, v in (write.state or {}).items()],
+        audit=write.audit,
+        guardian_memory=write.guardian_memory,
+    )
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -315,7 +348,16 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
     bytes stored, which the caller counts towards the owner's until they are pruned."""
     if not drafts:
         return 0
-    last = conn.execute(_LAST_AUDIT, (chain,)).fetchone()
+    rows = chain_rows(chain, conn.execute(_LAST_AUDIT, (chain,)).fetchone(), drafts)
+    conn.executemany(_INSERT_AUDIT, rows)
+    return sum(len(row[3]) for row in rows)
+
+
+def chain_rows(
+    chain: str, last: tuple[int, str] | None, drafts: Sequence[AuditDraft]
+) -> list[tuple[str, int, int, bytes, str]]:
+    """The audit_entries rows (chain, seq, at_ms, entry, hash) that chain `drafts` after the
+    last stored entry `last` (its seq and hash; None for an empty chain)."""
     seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
     now = _now_ms()
     rows = []
@@ -326,8 +368,7 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
         )
         rows.append((chain, seq, now, _ENCODER.encode(entry), digest))
         seq, prev_hash = seq + 1, digest
-    conn.executemany(_INSERT_AUDIT, rows)
-    return sum(len(row[3]) for row in rows)
+    return rows
 
 
 def _check_quota(
@@ -591,35 +632,7 @@ class SqliteSessionStore(SessionStore):
         )
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
-        encode = _ENCODER.encode
-        drop, replacement = 0, []
-        if write.compaction is not None:
-            drop = write.compaction.drop
-            if drop < 0:
-                raise ValueError(f"compaction.drop must not be negative, got {drop}")
-            if len(write.compaction.replacement) > drop:
-                raise ValueError(
-                    f"compaction replacement has {len(write.compaction.replacement)} "
-                    f"messages, more than the {drop} it replaces"
-                )
-            replacement = [encode(m) for m in write.compaction.replacement]
-        tools = write.tools if write.replace_tools else None
-        full = [encode(m) for m in write.full]
-        # Most steps append the same message objects to both histories: encode each once.
-        encoded = {id(m): row for m, row in zip(write.full, full, strict=True)}
-        step = _EncodedStep(
-            full=full,
-            compacted=[encoded.get(id(m)) or encode(m) for m in write.compacted],
-            agent=None if write.agent is None else encode(write.agent),
-            set_tools=write.replace_tools,
-            tools=None if tools is None else encode(tools),
-            pending=None if write.pending is None else encode(write.pending),
-            drop=drop,
-            replacement=replacement,
-            state=[(k, encode(v)) for k, v in (write.state or {}).items()],
-            audit=write.audit,
-            guardian_memory=write.guardian_memory,
-        )
+        step = encode_step(write)
         await self._write(lambda conn: _commit_sync(conn, session_id, step))
 
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:

@@ -1,8 +1,9 @@
 """An agent whose one tool runs for a long time, and a server process hosting it, to cut tool
 runs short (turn timeout, shutdown, SIGKILL) in tests/e2e/test_interrupted_tools.py.
 
-Run as `python -m tests.e2e.interrupt_server PORT DB MARKER`: serves the `slow` agent with the
-test keys; each run of the `slow` tool appends a line to MARKER, then sleeps a minute.
+Run as `python -m tests.e2e.interrupt_server PORT DB MARKER [LEASE_SECONDS]`: serves the `slow`
+agent with the test keys; each run of the `slow` tool appends a line to MARKER, then sleeps a
+minute.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def main() -> None:
     from tests.conftest import KEYS
 
     port, db, marker = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    app = create_app(Settings(db=db, api_keys=KEYS), [slow_agent(marker)])
+    lease = float(sys.argv[4]) if len(sys.argv) > 4 else 30.0  # turn_lease_seconds
+    settings = Settings(db=db, api_keys=KEYS, turn_lease_seconds=lease)
+    app = create_app(settings, [slow_agent(marker)])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

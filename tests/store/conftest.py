@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from aap_server.store import SessionStore, SqliteSessionStore
+from aap_server.store import SessionStore, SqliteSessionStore, StoreLimits
+from aap_server.store.postgres import PostgresSessionStore, PostgresSettings
+
+from ..postgres_cluster import PostgresCluster
 
 
 @dataclass(frozen=True)
@@ -19,23 +22,49 @@ class StoreFactory:
     name: str
     # Whether a store built again on the same directory sees the same data.
     durable: bool
-    build: Callable[[Path], SessionStore]
+    # build(folder, limits=None): a store whose data lives in `folder` (or its database).
+    build: Callable[..., SessionStore]
+    # Built on the test session's PostgreSQL cluster (started on first use).
+    postgres: bool = False
+
+
+def _postgres(folder: Path, limits: StoreLimits | None = None) -> SessionStore:
+    raise AssertionError("bound to the cluster by _bound")
 
 
 FACTORIES = (
-    StoreFactory("sqlite-file", True, lambda d: SqliteSessionStore(str(d / "sessions.db"))),
-    StoreFactory("sqlite-memory", False, lambda d: SqliteSessionStore(":memory:")),
+    StoreFactory(
+        "sqlite-file", True, lambda d, limits=None: SqliteSessionStore(str(d / "s.db"), limits)
+    ),
+    StoreFactory(
+        "sqlite-memory", False, lambda d, limits=None: SqliteSessionStore(":memory:", limits)
+    ),
+    StoreFactory("postgres", True, _postgres, postgres=True),
 )
+
+
+def _bound(factory: StoreFactory, request: pytest.FixtureRequest) -> StoreFactory:
+    if not factory.postgres:
+        return factory
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    return StoreFactory(
+        factory.name,
+        factory.durable,
+        lambda d, limits=None: PostgresSessionStore(
+            PostgresSettings(dsn=cluster.database_for(d)), limits
+        ),
+        postgres=True,
+    )
 
 
 @pytest.fixture(params=FACTORIES, ids=lambda f: f.name)
 def factory(request: pytest.FixtureRequest) -> StoreFactory:
-    return request.param  # type: ignore[no-any-return]
+    return _bound(request.param, request)
 
 
 @pytest.fixture(params=[f for f in FACTORIES if f.durable], ids=lambda f: f.name)
 def durable_factory(request: pytest.FixtureRequest) -> StoreFactory:
-    return request.param  # type: ignore[no-any-return]
+    return _bound(request.param, request)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from aap_server.store import (
 from aap_server.store.migrations import MIGRATIONS, migrate
 from aap_server.store.verify import verify_store
 
+from .conftest import StoreFactory
 from .helpers import assistant, new_record, user
 
 DAY_MS = 86_400_000
@@ -155,8 +156,10 @@ async def test_verify_names_the_chain_and_entry_where_it_breaks(tmp_path: Path) 
 # --- quotas --------------------------------------------------------------------------------
 
 
-async def test_the_session_quota_counts_live_sessions(tmp_path: Path) -> None:
-    store = SqliteSessionStore(str(tmp_path / "a.db"), StoreLimits(max_sessions=2))
+async def test_the_session_quota_counts_live_sessions(
+    factory: StoreFactory, tmp_path: Path
+) -> None:
+    store = factory.build(tmp_path, StoreLimits(max_sessions=2))
     await store.open()
     try:
         first, second = new_record(), new_record()
@@ -173,8 +176,10 @@ async def test_the_session_quota_counts_live_sessions(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_the_stored_bytes_quota_stops_new_turns_and_sessions(tmp_path: Path) -> None:
-    store = SqliteSessionStore(str(tmp_path / "a.db"), StoreLimits(max_stored_bytes=2000))
+async def test_the_stored_bytes_quota_stops_new_turns_and_sessions(
+    factory: StoreFactory, tmp_path: Path
+) -> None:
+    store = factory.build(tmp_path, StoreLimits(max_stored_bytes=2000))
     await store.open()
     try:
         record = new_record()
@@ -290,9 +295,9 @@ def test_a_version_3_database_keeps_its_audit_and_gets_its_counters(tmp_path: Pa
 
 
 async def test_callers_at_the_stored_bytes_quota_get_no_more_verdicts_recorded(
-    tmp_path: Path,
+    factory: StoreFactory, tmp_path: Path
 ) -> None:
-    store = SqliteSessionStore(str(tmp_path / "a.db"), StoreLimits(max_stored_bytes=600))
+    store = factory.build(tmp_path, StoreLimits(max_stored_bytes=600))
     await store.open()
     try:
         chain = caller_chain("acme:bob")

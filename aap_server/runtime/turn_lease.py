@@ -1,0 +1,57 @@
+"""The turn lease across replicas: one turn per session, whichever replica runs it.
+
+The runtime's in-process `_active` map answers for this replica; the store's lease answers
+for every replica sharing the database (a no-op for SQLite, which one process owns). A held
+lease is renewed every third of its time to live while the turn runs, so a turn may run
+longer than the lease, and a replica that dies holding one frees the session once it lapses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aap_server.store import SessionStore, StoreUnavailableError
+
+logger = logging.getLogger("aap_server.runtime")
+
+
+class TurnLeases:
+    def __init__(self, store: SessionStore, ttl_seconds: float) -> None:
+        self.store = store
+        self.ttl_seconds = ttl_seconds
+        self._renewers: dict[str, asyncio.Task[None]] = {}  # turn id -> its renewing task
+
+    async def take(self, session_id: str, turn_id: str) -> str | None:
+        """Claim the session for `turn_id`: None when claimed (and kept renewed until
+        `release`), otherwise the id of the turn that holds it on some replica."""
+        holder = await self.store.take_turn(session_id, turn_id, self.ttl_seconds)
+        if holder is None:
+            self._renewers[turn_id] = asyncio.create_task(self._renew(session_id, turn_id))
+        return holder
+
+    async def _renew(self, session_id: str, turn_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_seconds / 3)
+            try:
+                if not await self.store.renew_turn(session_id, turn_id, self.ttl_seconds):
+                    logger.warning("turn %s lost its lease on %s", turn_id, session_id)
+                    return
+            except StoreUnavailableError as error:
+                logger.warning("turn %s could not renew its lease: %s", turn_id, error)
+
+    async def release(self, session_id: str, turn_id: str) -> None:
+        renewer = self._renewers.pop(turn_id, None)
+        if renewer is None:
+            return
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewer
+        try:
+            await self.store.release_turn(session_id, turn_id)
+        except StoreUnavailableError as error:  # it lapses by itself
+            logger.warning("turn %s could not release its lease: %s", turn_id, error)
+
+    async def holder(self, session_id: str) -> str | None:
+        return await self.store.turn_holder(session_id)

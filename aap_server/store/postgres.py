@@ -1,0 +1,657 @@
+"""The PostgreSQL session store: any number of server replicas share one database.
+
+Built on asyncpg's connection pool. Each operation is one pooled connection and, for
+writes, one transaction; a step's writes are serialised per session by locking the
+session's row (`FOR UPDATE`), a POST /aos caller's chain by locking its chain row, so every
+history and audit append finds the last seq it follows. The values are the same msgspec
+JSON bytes as in SQLite (bytea), and the cursors are the same.
+
+Connection trouble (the database restarting, a dropped socket, a full pool) is retried where
+that cannot apply a write twice: reads always, writes unless the connection broke while the
+COMMIT was in flight (its outcome unknown). What is still failing after the retries, or
+that unknown commit, raises StoreUnavailableError (the API's 503). Every statement has a
+timeout and so does taking a connection: a request never hangs on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import asyncpg
+import msgspec
+
+from aap_server.protocol import AuditEntry, HistoryMessage
+from aap_server.store.audit import GENESIS_HASH, AuditDraft
+from aap_server.store.base import (
+    AuditChain,
+    AuditPage,
+    HistoryKind,
+    QuotaExceededError,
+    SessionPage,
+    SessionRecord,
+    SessionStore,
+    StepWrite,
+    StoreLimits,
+    StoreUnavailableError,
+    TurnSnapshot,
+)
+from aap_server.store.migrations import SchemaVersionError
+from aap_server.store.postgres_schema import CREATE_VERSION_TABLE, MIGRATION_LOCK, MIGRATIONS
+from aap_server.store.sqlite import (
+    _ENCODER,
+    _decode_history,
+    _decode_state,
+    _EncodedStep,
+    _record,
+    chain_rows,
+    decode_audit_cursor,
+    decode_cursor,
+    encode_audit_cursor,
+    encode_cursor,
+    encode_step,
+)
+
+__all__ = ["PostgresSessionStore", "PostgresSettings"]
+
+logger = logging.getLogger("aap_server.store")
+
+_T = TypeVar("_T")
+_AUDIT_DECODER = msgspec.json.Decoder(AuditEntry)
+
+# What a lost or refused connection looks like; anything else is a real error.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    # A query sent as the server's "terminating connection" notice arrives finds the
+    # connection in a state it cannot leave: the same lost connection.
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
+
+
+class PostgresSettings(msgspec.Struct, frozen=True, kw_only=True):
+    dsn: str
+    pool_min: int = 2
+    pool_max: int = 10
+    # Taking a connection, and any one statement, give up after this long.
+    timeout_seconds: float = 10.0
+    # Tries of an operation that hit a connection error (reads; writes known not applied).
+    attempts: int = 3
+
+
+# --- SQL -------------------------------------------------------------------------------------
+
+_INSERT_SESSION = (
+    "INSERT INTO sessions (session_id, owner, agent, tools, pending, created_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6)"
+)
+_SELECT_SESSION = "SELECT agent, tools, pending FROM sessions WHERE session_id = $1 AND owner = $2"
+_LOCK_SESSION = "SELECT owner FROM sessions WHERE session_id = $1 FOR UPDATE"
+_LOCK_OWNED = "SELECT 1 FROM sessions WHERE session_id = $1 AND owner = $2 FOR UPDATE"
+_UPDATE_SESSION = (
+    "UPDATE sessions SET agent = COALESCE($1, agent), "
+    "tools = CASE WHEN $2 THEN $3 ELSE tools END, pending = COALESCE($4, pending) "
+    "WHERE session_id = $5"
+)
+_DELETE_SESSION = "DELETE FROM sessions WHERE session_id = $1"
+_SESSION_SIZE = (
+    "SELECT (SELECT COALESCE(SUM(octet_length(message)), 0) FROM history_full"
+    " WHERE session_id = $1)"
+    " + (SELECT COALESCE(SUM(octet_length(message)), 0) FROM history_compacted"
+    " WHERE session_id = $1)"
+    " + (SELECT COALESCE(SUM(octet_length(value)), 0) FROM agent_state WHERE session_id = $1)"
+)
+_LIST_FIRST = (
+    "SELECT session_id, agent, tools, pending FROM sessions WHERE owner = $1 "
+    "ORDER BY session_id DESC LIMIT $2"
+)
+_LIST_AFTER = (
+    "SELECT session_id, agent, tools, pending FROM sessions WHERE owner = $1 AND session_id < $2 "
+    "ORDER BY session_id DESC LIMIT $3"
+)
+# Appends number their rows after the last seq in the same statement (one round trip);
+# the session's row lock, taken first, keeps two appends from picking the same seqs.
+_APPEND = {
+    "full": "INSERT INTO history_full (session_id, seq, message) "
+    "SELECT $1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = $1)"
+    " + t.n - 1, t.m FROM unnest($2::bytea[]) WITH ORDINALITY AS t (m, n)",
+    "compacted": "INSERT INTO history_compacted (session_id, seq, message) "
+    "SELECT $1, (SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = $1)"
+    " + t.n - 1, t.m FROM unnest($2::bytea[]) WITH ORDINALITY AS t (m, n)",
+}
+# One statement (one round trip) per batch of rows, whatever its size.
+_INSERT_MESSAGES = {
+    "full": "INSERT INTO history_full (session_id, seq, message) "
+    "SELECT $1, s, m FROM unnest($2::bigint[], $3::bytea[]) AS t (s, m)",
+    "compacted": "INSERT INTO history_compacted (session_id, seq, message) "
+    "SELECT $1, s, m FROM unnest($2::bigint[], $3::bytea[]) AS t (s, m)",
+}
+_SELECT_HISTORY = {
+    "full": "SELECT message FROM history_full WHERE session_id = $1 ORDER BY seq",
+    "compacted": "SELECT message FROM history_compacted WHERE session_id = $1 ORDER BY seq",
+}
+_OLDEST_COMPACTED = (
+    "SELECT seq, octet_length(message) FROM history_compacted WHERE session_id = $1 "
+    "ORDER BY seq LIMIT $2"
+)
+_DROP_COMPACTED = "DELETE FROM history_compacted WHERE session_id = $1 AND seq <= $2"
+_STATE_SIZES = (
+    "SELECT COALESCE(SUM(octet_length(value)), 0) FROM agent_state "
+    "WHERE session_id = $1 AND key = ANY($2::text[])"
+)
+_UPSERT_STATE = (
+    "INSERT INTO agent_state (session_id, key, value) "
+    "SELECT $1, k, v FROM unnest($2::text[], $3::bytea[]) AS t (k, v) "
+    "ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value"
+)
+_SELECT_STATE = "SELECT key, value FROM agent_state WHERE session_id = $1"
+_UPSERT_MEMORY = (
+    "INSERT INTO guardian_memory (session_id, memory) VALUES ($1, $2) "
+    "ON CONFLICT (session_id) DO UPDATE SET memory = excluded.memory"
+)
+_SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = $1"
+_USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = $1"
+_ADD_USAGE = (
+    "INSERT INTO owner_usage AS u (owner, sessions, stored_bytes) VALUES ($1, $2, $3) "
+    "ON CONFLICT (owner) DO UPDATE SET sessions = u.sessions + $2, "
+    "stored_bytes = u.stored_bytes + $3"
+)
+_LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = $1 ORDER BY seq DESC LIMIT 1"
+_INSERT_AUDIT = (
+    "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) "
+    "SELECT $1, s, $2, e, h FROM unnest($3::bigint[], $4::bytea[], $5::text[]) AS t (s, e, h)"
+)
+_SELECT_AUDIT = (
+    "SELECT entry FROM audit_entries WHERE chain = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+)
+_OPEN_CHAIN = (
+    "INSERT INTO audit_chains (chain, owner, start_hash) VALUES ($1, $2, $3) "
+    "ON CONFLICT (chain) DO UPDATE SET owner = excluded.owner, ended_at = NULL"
+)
+_OPEN_CALLER_CHAIN = (
+    "INSERT INTO audit_chains (chain, owner, start_hash) VALUES ($1, $2, $3) "
+    "ON CONFLICT (chain) DO NOTHING"
+)
+_LOCK_CHAIN = "SELECT 1 FROM audit_chains WHERE chain = $1 FOR UPDATE"
+_END_CHAIN = "UPDATE audit_chains SET ended_at = $1 WHERE chain = $2"
+_LIST_CHAINS = (
+    "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
+    "WHERE chain > $1 ORDER BY chain LIMIT $2"
+)
+_ENDED_CHAINS = (
+    "SELECT chain, owner FROM audit_chains WHERE ended_at IS NOT NULL AND ended_at < $1 "
+    "LIMIT $2 FOR UPDATE SKIP LOCKED"
+)
+_DROP_CHAIN_ENTRIES = (
+    "WITH gone AS (DELETE FROM audit_entries WHERE chain = $1 RETURNING octet_length(entry) AS n)"
+    " SELECT COUNT(*), COALESCE(SUM(n), 0) FROM gone"
+)
+_DROP_CHAIN = "DELETE FROM audit_chains WHERE chain = $1"
+_CALLER_CHAINS = (
+    "SELECT chain, owner FROM audit_chains WHERE chain >= 'aos:' AND chain < 'aos;' "
+    "FOR UPDATE SKIP LOCKED"
+)
+_OLDEST_ENTRIES = (
+    "SELECT seq, at_ms, hash FROM audit_entries WHERE chain = $1 ORDER BY seq LIMIT $2"
+)
+_DROP_ENTRIES_THROUGH = (
+    "WITH gone AS (DELETE FROM audit_entries WHERE chain = $1 AND seq <= $2"
+    " RETURNING octet_length(entry) AS n) SELECT COUNT(*), COALESCE(SUM(n), 0) FROM gone"
+)
+_MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = $1, start_hash = $2 WHERE chain = $3"
+
+_TAKE_LEASE = (
+    "INSERT INTO turn_leases AS l (session_id, turn_id, expires_at) "
+    "VALUES ($1, $2, now() + make_interval(secs => $3)) "
+    "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
+    "expires_at = excluded.expires_at WHERE l.expires_at <= now() RETURNING l.turn_id"
+)
+_LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > now()"
+_RENEW_LEASE = (
+    "UPDATE turn_leases SET expires_at = now() + make_interval(secs => $3) "
+    "WHERE session_id = $1 AND turn_id = $2"
+)
+_RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = $1 AND turn_id = $2"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- operations inside one transaction --------------------------------------------------------
+
+if TYPE_CHECKING:  # what the pool hands out: a proxy with the whole Connection API
+    Connection: TypeAlias = asyncpg.pool.PoolConnectionProxy[asyncpg.Record]
+
+
+async def _append(conn: Connection, kind: HistoryKind, session_id: str, rows: list[bytes]) -> None:
+    if not rows:
+        return
+    await conn.execute(_APPEND[kind], session_id, rows)
+
+
+async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraft]) -> int:
+    """Chain `drafts` after the last stored entry; the bytes stored. Call holding the lock
+    that serialises the chain (its session's row, or its chain row)."""
+    if not drafts:
+        return 0
+    last = await conn.fetchrow(_LAST_AUDIT, chain)
+    rows = chain_rows(chain, None if last is None else (last[0], last[1]), drafts)
+    await conn.execute(
+        _INSERT_AUDIT,
+        chain,
+        rows[0][2],
+        [r[1] for r in rows],
+        [r[3] for r in rows],
+        [r[4] for r in rows],
+    )
+    return sum(len(r[3]) for r in rows)
+
+
+async def _check_quota(
+    conn: Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
+) -> None:
+    if not limits.max_sessions and not limits.max_stored_bytes:
+        return
+    row = await conn.fetchrow(_USAGE, owner)
+    sessions, stored = (row[0], row[1]) if row else (0, 0)
+    if limits.max_sessions and new_sessions and sessions + new_sessions > limits.max_sessions:
+        raise QuotaExceededError("sessions", limits.max_sessions, sessions)
+    if limits.max_stored_bytes and stored + new_bytes > limits.max_stored_bytes:
+        raise QuotaExceededError("stored_bytes", limits.max_stored_bytes, stored)
+
+
+async def _commit(conn: Connection, session_id: str, step: _EncodedStep) -> None:
+    owner = await conn.fetchval(_LOCK_SESSION, session_id)  # serialises steps per session
+    if owner is None:
+        raise KeyError(session_id)
+    if step.agent is not None or step.set_tools or step.pending is not None:
+        await conn.execute(
+            _UPDATE_SESSION, step.agent, step.set_tools, step.tools, step.pending, session_id
+        )
+    added = sum(map(len, step.full)) + sum(map(len, step.compacted))
+    added += sum(map(len, step.replacement))
+    await _append(conn, "full", session_id, step.full)
+    if step.drop:
+        oldest = await conn.fetch(_OLDEST_COMPACTED, session_id, step.drop)
+        if len(oldest) < step.drop:
+            raise ValueError(
+                f"compaction drops {step.drop} messages but the compacted history "
+                f"has only {len(oldest)}"
+            )
+        seqs = [row[0] for row in oldest]
+        added -= sum(row[1] for row in oldest)
+        await conn.execute(_DROP_COMPACTED, session_id, seqs[-1])
+        if step.replacement:  # the replacement takes the smallest dropped seqs: in front
+            await conn.execute(
+                _INSERT_MESSAGES["compacted"],
+                session_id,
+                seqs[: len(step.replacement)],
+                step.replacement,
+            )
+    await _append(conn, "compacted", session_id, step.compacted)
+    if step.state:
+        keys = [k for k, _ in step.state]
+        added -= await conn.fetchval(_STATE_SIZES, session_id, keys)
+        added += sum(len(v) for _, v in step.state)
+        await conn.execute(_UPSERT_STATE, session_id, keys, [v for _, v in step.state])
+    added += await _append_audit(conn, session_id, step.audit)
+    if added:
+        await conn.execute(_ADD_USAGE, owner, 0, added)
+    if step.guardian_memory is not None:
+        await conn.execute(_UPSERT_MEMORY, session_id, step.guardian_memory)
+
+
+async def _drop(conn: Connection, owner: str, sql: str, *params: Any) -> int:
+    row = await conn.fetchrow(sql, *params)
+    assert row is not None  # an aggregate always returns one row
+    count, size = row[0], row[1]
+    if size:
+        await conn.execute(_ADD_USAGE, owner, 0, -size)
+    return int(count)
+
+
+async def _prune(conn: Connection, before_ms: int, batch: int) -> int:
+    removed = 0
+    for chain, owner in await conn.fetch(_ENDED_CHAINS, before_ms, batch):
+        removed += await _drop(conn, owner, _DROP_CHAIN_ENTRIES, chain)
+        await conn.execute(_DROP_CHAIN, chain)
+        removed += 1
+    for chain, owner in await conn.fetch(_CALLER_CHAINS):
+        rows = await conn.fetch(_OLDEST_ENTRIES, chain, batch + 1)
+        if len(rows) <= batch:
+            rows = rows[:-1]  # the newest entry anchors the chain: never pruned
+        old = 0
+        while old < len(rows) and rows[old][1] < before_ms:
+            old += 1
+        if old:
+            last_seq, _, last_hash = rows[old - 1]
+            removed += await _drop(conn, owner, _DROP_ENTRIES_THROUGH, chain, last_seq)
+            await conn.execute(_MOVE_CHAIN_START, last_seq + 1, last_hash, chain)
+    return removed
+
+
+async def _migrate(conn: Connection) -> tuple[int, int]:
+    """Bring the schema up to date under the migration lock; (version before, after)."""
+    target = len(MIGRATIONS)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute(CREATE_VERSION_TABLE)
+        current = await conn.fetchval("SELECT version FROM aap_schema")
+        if current is None:
+            await conn.execute("INSERT INTO aap_schema (version) VALUES (0)")
+            current = 0
+        if current > target:
+            raise SchemaVersionError(
+                f"database schema version {current} is newer than this server supports "
+                f"({target}); upgrade aap-server or use another database"
+            )
+        for statements in MIGRATIONS[current:]:
+            for statement in statements:
+                await conn.execute(statement)
+        if current != target:
+            await conn.execute("UPDATE aap_schema SET version = $1", target)
+    return int(current), target
+
+
+class _CommitInFlight(Exception):
+    """The connection broke while COMMIT was on its way: the write may or may not be in."""
+
+
+class PostgresSessionStore(SessionStore):
+    """SessionStore on a PostgreSQL database shared by every replica."""
+
+    def __init__(self, settings: PostgresSettings, limits: StoreLimits | None = None) -> None:
+        self._settings = settings
+        self._limits = limits or StoreLimits()
+        self._pool: asyncpg.Pool | None = None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _attempt(self, body: Callable[[Connection], Awaitable[_T]], write: bool) -> _T:
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError("PostgresSessionStore is not open")
+        async with pool.acquire(timeout=self._settings.timeout_seconds) as conn:
+            try:
+                if not write:
+                    return await body(conn)
+                transaction = conn.transaction()
+                await transaction.start()
+                try:
+                    result = await body(conn)
+                except _TRANSIENT:
+                    raise
+                except BaseException:
+                    await transaction.rollback()
+                    raise
+                try:
+                    await transaction.commit()
+                except _TRANSIENT as error:
+                    raise _CommitInFlight() from error
+                return result
+            except _CommitInFlight:
+                conn.terminate()
+                raise
+            except _TRANSIENT:
+                conn.terminate()  # never handed out again: the pool connects anew
+                raise
+
+    async def _run(self, body: Callable[[Connection], Awaitable[_T]], write: bool = False) -> _T:
+        attempts = max(1, self._settings.attempts)
+        for attempt in range(attempts):
+            try:
+                return await self._attempt(body, write)
+            except _CommitInFlight as error:
+                raise StoreUnavailableError(
+                    "the database connection broke while committing"
+                ) from error.__cause__
+            except _TRANSIENT as error:
+                if attempt + 1 == attempts:
+                    raise StoreUnavailableError(f"database unreachable: {error!r}") from error
+                logger.warning("database connection failed (%r); retrying", error)
+                await asyncio.sleep(0.2 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            raise RuntimeError("PostgresSessionStore is already open")
+        settings = self._settings
+        pool = await asyncpg.create_pool(
+            settings.dsn,
+            min_size=min(settings.pool_min, settings.pool_max),
+            max_size=settings.pool_max,
+            timeout=settings.timeout_seconds,
+            command_timeout=settings.timeout_seconds,
+        )
+        try:
+            async with pool.acquire() as conn:
+                before, after = await _migrate(conn)
+            if before != after:
+                logger.info("database schema migrated from version %d to %d", before, after)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            # Waits for connections in use (operations already started) to be released.
+            async with asyncio.timeout(self._settings.timeout_seconds):
+                await pool.close()
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        record: SessionRecord,
+        seed: list[HistoryMessage],
+        *,
+        audit: Sequence[AuditDraft] = (),
+        guardian_memory: bytes | None = None,
+    ) -> None:
+        encode = _ENCODER.encode
+        session_id, owner = record.session_id, record.owner
+        row = (
+            session_id,
+            owner,
+            encode(record.agent),
+            None if record.tools is None else encode(record.tools),
+            encode(record.pending),
+            _now_ms(),
+        )
+        messages = [encode(m) for m in seed]
+        limits = self._limits
+
+        async def create(conn: Connection) -> None:
+            stored = 2 * sum(map(len, messages))  # the seed opens both histories
+            await _check_quota(conn, limits, owner, 1, stored)
+            try:
+                await conn.execute(_INSERT_SESSION, *row)
+            except asyncpg.UniqueViolationError as exc:
+                raise ValueError(f"session {session_id!r} already exists") from exc
+            await conn.execute(_OPEN_CHAIN, session_id, owner, GENESIS_HASH)
+            if messages:
+                seqs = list(range(len(messages)))
+                await conn.execute(_INSERT_MESSAGES["full"], session_id, seqs, messages)
+                await conn.execute(_INSERT_MESSAGES["compacted"], session_id, seqs, messages)
+            stored += await _append_audit(conn, session_id, audit)
+            await conn.execute(_ADD_USAGE, owner, 1, stored)
+            if guardian_memory is not None:
+                await conn.execute(_UPSERT_MEMORY, session_id, guardian_memory)
+
+        await self._run(create, write=True)
+
+    async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
+        async def read(conn: Connection) -> Any:
+            return await conn.fetchrow(_SELECT_SESSION, session_id, owner)
+
+        row = await self._run(read)
+        return None if row is None else _record(session_id, owner, *row)
+
+    async def list_sessions(self, owner: str, after: str | None, limit: int) -> SessionPage:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        params: tuple[str | int, ...]
+        if after is None:
+            sql, params = _LIST_FIRST, (owner, limit + 1)
+        else:
+            sql, params = _LIST_AFTER, (owner, decode_cursor(after), limit + 1)
+
+        async def read(conn: Connection) -> list[Any]:
+            return await conn.fetch(sql, *params)
+
+        rows = await self._run(read)
+        sessions = [_record(r[0], owner, r[1], r[2], r[3]) for r in rows[:limit]]
+        more = len(rows) > limit
+        return SessionPage(
+            sessions=sessions, next=encode_cursor(sessions[-1].session_id) if more else None
+        )
+
+    async def delete_session(self, session_id: str, owner: str) -> bool:
+        async def delete(conn: Connection) -> bool:
+            if await conn.fetchval(_LOCK_OWNED, session_id, owner) is None:
+                return False
+            size = await conn.fetchval(_SESSION_SIZE, session_id)
+            await conn.execute(_DELETE_SESSION, session_id)  # its rows go by ON DELETE CASCADE
+            await conn.execute(_ADD_USAGE, owner, -1, -size)
+            await conn.execute(_END_CHAIN, _now_ms(), session_id)
+            return True
+
+        return await self._run(delete, write=True)
+
+    # -- history and state ------------------------------------------------------------------
+
+    async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
+        sql = _SELECT_HISTORY[kind]
+
+        async def read(conn: Connection) -> list[Any]:
+            return await conn.fetch(sql, session_id)
+
+        return _decode_history(await self._run(read))
+
+    async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
+        limits = self._limits
+
+        async def read(conn: Connection) -> tuple[Any, list[Any], list[Any], Any] | None:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                row = await conn.fetchrow(_SELECT_SESSION, session_id, owner)
+                if row is None:
+                    return None
+                await _check_quota(conn, limits, owner, 0, 1)
+                history = await conn.fetch(_SELECT_HISTORY["compacted"], session_id)
+                state = await conn.fetch(_SELECT_STATE, session_id)
+                memory = await conn.fetchval(_SELECT_MEMORY, session_id)
+                return row, history, state, memory
+
+        found = await self._run(read)
+        if found is None:
+            return None
+        row, history, state, memory = found
+        return TurnSnapshot(
+            record=_record(session_id, owner, *row),
+            compacted=_decode_history(history),
+            state=_decode_state([(r[0], r[1]) for r in state]),
+            guardian_memory=memory,
+        )
+
+    async def commit(self, session_id: str, write: StepWrite) -> None:
+        step = encode_step(write)
+        await self._run(lambda conn: _commit(conn, session_id, step), write=True)
+
+    async def load_state(self, session_id: str) -> dict[str, Any]:
+        async def read(conn: Connection) -> list[Any]:
+            return await conn.fetch(_SELECT_STATE, session_id)
+
+        return _decode_state([(r[0], r[1]) for r in await self._run(read)])
+
+    # -- audit ------------------------------------------------------------------------------
+
+    async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        after_seq = -1 if after is None else decode_audit_cursor(after)
+
+        async def read(conn: Connection) -> list[Any]:
+            return await conn.fetch(_SELECT_AUDIT, chain, after_seq, limit + 1)
+
+        rows = await self._run(read)
+        entries = [_AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
+        more = len(rows) > limit
+        return AuditPage(
+            records=entries, next=encode_audit_cursor(entries[-1].seq) if more else None
+        )
+
+    async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
+        if not drafts:
+            return
+        limits = self._limits
+
+        async def append(conn: Connection) -> None:
+            await conn.execute(_OPEN_CALLER_CHAIN, chain, owner, GENESIS_HASH)
+            await conn.execute(_LOCK_CHAIN, chain)  # serialises this caller's appends
+            await _check_quota(conn, limits, owner, 0, 1)
+            await conn.execute(_ADD_USAGE, owner, 0, await _append_audit(conn, chain, drafts))
+
+        await self._run(append, write=True)
+
+    async def list_audit_chains(self, after: str | None, limit: int) -> list[AuditChain]:
+        async def read(conn: Connection) -> list[Any]:
+            return await conn.fetch(_LIST_CHAINS, after or "", limit)
+
+        return [
+            AuditChain(chain=c, owner=o, ended_at_ms=e, start_seq=s, start_hash=h)
+            for c, o, e, s, h in await self._run(read)
+        ]
+
+    async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
+        return await self._run(lambda conn: _prune(conn, before_ms, batch), write=True)
+
+    # -- turn lease -------------------------------------------------------------------------
+
+    # Each lease operation is one autocommitted statement, safe to retry when its outcome is
+    # unknown: a take that did land finds its own turn holding the lease (taken, too), and
+    # renewing or releasing twice changes nothing more.
+
+    async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
+        async def take(conn: Connection) -> str | None:
+            if await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds) is not None:
+                return None
+            holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
+            if holder == turn_id:  # an earlier try of this very call took it
+                return None
+            # Released between the two statements: report it held; the client retries.
+            return holder or "(finishing)"
+
+        return await self._run(take)
+
+    async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
+        async def renew(conn: Connection) -> bool:
+            status = await conn.execute(_RENEW_LEASE, session_id, turn_id, ttl_seconds)
+            return status == "UPDATE 1"
+
+        return await self._run(renew)
+
+    async def release_turn(self, session_id: str, turn_id: str) -> None:
+        async def release(conn: Connection) -> None:
+            await conn.execute(_RELEASE_LEASE, session_id, turn_id)
+
+        await self._run(release)
+
+    async def turn_holder(self, session_id: str) -> str | None:
+        async def read(conn: Connection) -> str | None:
+            holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
+            return holder
+
+        return await self._run(read)

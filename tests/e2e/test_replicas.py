@@ -1,0 +1,292 @@
+"""Several `aap-server` processes on one PostgreSQL database, behind no load balancer: each
+request goes to the replica the test picks (issue 10). The database is the test session's
+own cluster (tests/postgres_cluster.py), a fresh database per test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+
+from tests.conftest import assert_error
+from tests.e2e.server_process import ServerProcess, free_port, server_process
+from tests.e2e.test_aos_endpoint import step
+from tests.postgres_cluster import PostgresCluster
+
+ALICE = {"Authorization": "Bearer key-alice"}
+LEASE_SECONDS = 2
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def replicas(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> AsyncIterator[list[ServerProcess]]:
+    """Three replicas on one fresh database, started at the same time (so they also race to
+    migrate it)."""
+    dsn = postgres_cluster.new_database()
+    async with AsyncExitStack() as stack:
+        folders = [tmp_path / f"replica{i}" for i in range(3)]
+        for folder in folders:
+            folder.mkdir()
+        started = await asyncio.gather(
+            *(
+                stack.enter_async_context(
+                    server_process(
+                        folder,
+                        AAP_DB=dsn,
+                        AAP_TURN_LEASE_SECONDS=str(LEASE_SECONDS),
+                        AAP_DB_TIMEOUT_SECONDS="3",
+                    )
+                )
+                for folder in folders
+            )
+        )
+        yield list(started)
+
+
+def client(replica: ServerProcess) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=replica.base_url, headers=ALICE, timeout=30)
+
+
+async def create(replica: ServerProcess) -> str:
+    async with client(replica) as c:
+        response = await c.post("/sessions", json={"agent": {"name": "demo"}})
+        assert response.status_code == 201, response.text
+        session_id: str = response.json()["sessionId"]
+        return session_id
+
+
+async def turn(replica: ServerProcess, session_id: str, text: str) -> httpx.Response:
+    body = {"messages": [{"role": "user", "content": text}]}
+    async with client(replica) as c:
+        return await c.post(f"/sessions/{session_id}/turns", json=body)
+
+
+async def history(replica: ServerProcess, session_id: str) -> list[dict[str, Any]]:
+    async with client(replica) as c:
+        response = await c.get(f"/sessions/{session_id}/history", params={"type": "full"})
+        assert response.status_code == 200, response.text
+        messages: list[dict[str, Any]] = response.json()["history"]["full"]
+        return messages
+
+
+def contents(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    return [(m["role"], m["content"]) for m in messages]
+
+
+async def test_any_replica_serves_any_session(replicas: list[ServerProcess]) -> None:
+    first, second, third = replicas
+    session_id = await create(first)
+
+    answered = await turn(second, session_id, "hello from two")
+    assert answered.status_code == 200, answered.text
+    again = await turn(third, session_id, "and from three")
+    assert again.status_code == 200, again.text
+
+    stored = await history(first, session_id)
+    users = [c for r, c in contents(stored) if r == "user"]
+    assert users == ["hello from two", "and from three"]
+    assert await history(second, session_id) == stored == await history(third, session_id)
+    async with client(third) as c:
+        listed = (await c.get("/sessions")).json()["sessions"]
+        assert [s["sessionId"] for s in listed] == [session_id]
+        audit = (await c.get(f"/sessions/{session_id}/audit")).json()["records"]
+    # One chain, written by two replicas: each entry follows the one before it.
+    assert [e["seq"] for e in audit] == list(range(len(audit)))
+    assert all(e["prevHash"] == p["hash"] for p, e in itertools.pairwise(audit))
+
+    async with client(second) as c:
+        assert (await c.delete(f"/sessions/{session_id}")).status_code == 204
+    async with client(first) as c:
+        assert_error(await c.get(f"/sessions/{session_id}"), 404, "session_not_found")
+
+
+async def test_concurrent_turns_on_one_session_across_replicas_run_one(
+    replicas: list[ServerProcess],
+) -> None:
+    session_id = await create(replicas[0])
+    for round_number in range(3):
+        answers = await asyncio.gather(
+            *(turn(r, session_id, f"/sleep 1\nround {round_number}") for r in replicas)
+        )
+        ran = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code != 200]
+        assert len(ran) == 1, [a.text for a in answers]
+        for answer in refused:
+            error = assert_error(answer, 409, "turn_in_progress")
+            assert answer.headers["retry-after"] == "1"
+            assert error["details"]["activeTurnId"].startswith("turn_")
+
+    stored = contents(await history(replicas[1], session_id))
+    assert [c for r, c in stored if r == "user"] == [f"/sleep 1\nround {n}" for n in range(3)]
+
+
+async def test_a_replica_killed_mid_turn_frees_the_session_when_its_lease_lapses(
+    replicas: list[ServerProcess],
+) -> None:
+    doomed, survivor, _ = replicas
+    session_id = await create(survivor)
+    body = {"stream": "delta", "messages": [{"role": "user", "content": "/sleep 10\nlate"}]}
+    async with (
+        client(doomed) as c,
+        aconnect_sse(c, "POST", f"/sessions/{session_id}/turns", json=body) as source,
+    ):
+        events = source.aiter_sse()
+        assert (await anext(events)).event == "turn_start"
+        async with client(survivor) as other:  # no deleting it under the running turn either
+            assert_error(await other.delete(f"/sessions/{session_id}"), 409, "turn_in_progress")
+        doomed.signal(signal.SIGKILL)
+        await doomed.exit_code()
+
+    refused = await turn(survivor, session_id, "anyone there?")
+    assert_error(refused, 409, "turn_in_progress")
+    # The lease lapses (it is never renewed again); then the session answers on its own.
+    deadline = time.monotonic() + 10 * LEASE_SECONDS
+    while (answered := await turn(survivor, session_id, "anyone there?")).status_code == 409:
+        assert time.monotonic() < deadline, "the dead replica's lease never lapsed"
+        await asyncio.sleep(0.2)
+    assert answered.status_code == 200, answered.text
+
+    stored = contents(await history(survivor, session_id))
+    # The killed turn's input is there; its unfinished reply is not, not even in part.
+    assert ("user", "/sleep 10\nlate") in stored
+    assert not any(r == "assistant" and "late" in json.dumps(c) for r, c in stored)
+    assert stored[-2] == ("user", "anyone there?")
+    assert stored[-1][0] == "assistant"
+
+
+async def test_a_database_restart_during_idle_is_survived_and_downtime_is_a_503(
+    replicas: list[ServerProcess], postgres_cluster: PostgresCluster
+) -> None:
+    session_id = await create(replicas[0])
+    postgres_cluster.restart()
+    # Every replica's pooled connections died with the server: they reconnect by themselves.
+    for replica in replicas:
+        answered = await turn(replica, session_id, f"after the restart on {replica.base_url}")
+        assert answered.status_code == 200, answered.text
+
+    postgres_cluster.stop()
+    try:
+        async with client(replicas[1]) as c:
+            down = await c.get("/sessions")
+        assert_error(down, 503, "unavailable")
+        assert down.headers["retry-after"]
+    finally:
+        postgres_cluster.start()
+    async with client(replicas[1]) as c:
+        assert (await c.get(f"/sessions/{session_id}")).status_code == 200
+
+
+async def test_a_callers_aos_verdicts_from_every_replica_form_one_chain(
+    replicas: list[ServerProcess],
+) -> None:
+    async def check(replica: ServerProcess, number: int) -> None:
+        async with client(replica) as c:
+            response = await c.post("/aos", json=step(f"req-{number}"))
+            assert response.status_code == 200, response.text
+            assert "result" in response.json(), response.text
+
+    # Interleaved on two replicas at once: the appends are serialised in the database.
+    await asyncio.gather(*(check(replicas[n % 2], n) for n in range(12)))
+    async with client(replicas[2]) as c:
+        records: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            page = (await c.get("/aos/audit", params={"after": after} if after else {})).json()
+            records += page["records"]
+            if not (after := page.get("next")):
+                break
+    assert [r["seq"] for r in records] == list(range(12))
+    assert all(e["prevHash"] == p["hash"] for p, e in itertools.pairwise(records))
+
+
+def runs(marker: Path) -> str:
+    return marker.read_text() if marker.exists() else ""
+
+
+async def slow_replica(dsn: str, marker: Path, log: Path) -> tuple[str, asyncio.subprocess.Process]:
+    """A replica hosting the `slow` agent (its tool runs a minute), lease LEASE_SECONDS."""
+    port = free_port()
+    with log.open("ab") as output:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "tests.e2e.interrupt_server", str(port), dsn, str(marker)),
+            str(LEASE_SECONDS),
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(timeout=1) as probe:
+        for _ in range(600):
+            with contextlib.suppress(httpx.TransportError):
+                if (await probe.get(f"{base}/meta", headers=ALICE)).status_code == 200:
+                    return base, process
+            assert process.returncode is None, runs(log)
+            await asyncio.sleep(0.05)
+    raise AssertionError(runs(log))
+
+
+async def test_a_tool_running_on_one_replica_is_not_closed_by_another_until_its_replica_dies(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    dsn = postgres_cluster.new_database()
+    marker = tmp_path / "runs"
+    (runner, runner_process), (reader, reader_process) = await asyncio.gather(
+        slow_replica(dsn, marker, tmp_path / "a.log"), slow_replica(dsn, marker, tmp_path / "b.log")
+    )
+    try:
+        async with httpx.AsyncClient(base_url=runner, headers=ALICE, timeout=10) as a:
+            body = {"agent": {"name": "slow", "tools": [{"name": "slow", "trust": True}]}}
+            session_id = (await a.post("/sessions", json=body)).json()["sessionId"]
+        url = f"{runner}/sessions/{session_id}/turns"
+        say = {"stream": "delta", "messages": [{"role": "user", "content": "/run"}]}
+        async with (
+            httpx.AsyncClient(headers=ALICE, timeout=10) as a,
+            a.stream("POST", url, json=say) as response,
+        ):
+            assert response.status_code == 200
+            for _ in range(200):  # the tool has started: its call is stored as running
+                if runs(marker):
+                    break
+                await asyncio.sleep(0.05)
+            assert runs(marker) == "run\n"
+
+            async with httpx.AsyncClient(base_url=reader, headers=ALICE, timeout=10) as b:
+                path = f"/sessions/{session_id}/history"
+                while_running = (await b.get(path, params={"type": "full"})).json()
+                # Another replica's read does not pass the live call off as interrupted.
+                assert not [m for m in while_running["history"]["full"] if m["role"] == "tool"]
+
+                runner_process.send_signal(signal.SIGKILL)
+                await runner_process.wait()
+                # Once the dead replica's lease lapses, a read closes the call with an error.
+                deadline = time.monotonic() + 10 * LEASE_SECONDS
+                while True:
+                    full = (await b.get(path, params={"type": "full"})).json()["history"]["full"]
+                    if [m for m in full if m["role"] == "tool"]:
+                        break
+                    assert time.monotonic() < deadline, full
+                    await asyncio.sleep(0.2)
+        [result] = [m for m in full if m["role"] == "tool"]
+        assert "interrupted" in result["content"], result
+    finally:
+        for process in (runner_process, reader_process):
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
