@@ -192,3 +192,41 @@ async def test_a_card_number_with_no_break_spaces_is_masked_in_the_reply(tmp_pat
         for card in ("4111 1111 1111 1111", "4111\u00a01111\u00a01111\u00a01111"):
             reply = await turn(client, session_id, f"my card is {card}")
             assert "1111" not in json.dumps(reply, ensure_ascii=False), reply
+
+
+def aos_send_email(number: int, session: str, body: str) -> dict[str, Any]:
+    request: dict[str, Any] = json.loads(
+        json.dumps(sample_requests()["steps/toolCallRequest"], default=_builtins)
+    )
+    request["id"] = number
+    params = request["params"]
+    params["context"]["session"] = {"id": session}
+    params["toolCallRequest"] = {
+        "executionId": f"exec-{number}",
+        "toolId": "send_email",
+        "inputs": [{"name": "body", "value": body}],
+    }
+    return request
+
+
+def in_session(request: dict[str, Any], session: str) -> dict[str, Any]:
+    request["params"]["context"]["session"] = {"id": session}
+    return request
+
+
+# Finding 6 (medium-high): a `POST /aos` caller's guardian memory forgets its least recently
+# used sessions past 1,000, and forgetting fails open: after an ordinary day's 1,000 other
+# sessions of the same caller, the tainted session's exfiltration is allowed.
+async def test_a_tainted_aos_session_stays_tainted_after_a_thousand_other_sessions(
+    tmp_path: Path,
+) -> None:
+    secret_line = "db password for prod is Zq8kLm2vNp9xRt and the ssn 078-05-1120"
+    async with default_policy_server(tmp_path) as client:
+        read = await client.post("/aos", json=in_session(aos_tool_result(1, secret_line), "S"))
+        assert read.json()["result"]["decision"] in ("allow", "modify")
+        before = await client.post("/aos", json=aos_send_email(2, "S", secret_line))
+        assert before.json()["result"]["decision"] == "deny"
+        others = [aos_tool_result(1000 + n, "an ordinary result") for n in range(1000)]
+        assert (await client.post("/aos", json=others)).status_code == 200
+        after = await client.post("/aos", json=aos_send_email(3, "S", secret_line))
+    assert after.json()["result"]["decision"] == "deny", after.json()
