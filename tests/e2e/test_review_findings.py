@@ -230,3 +230,20 @@ async def test_a_tainted_aos_session_stays_tainted_after_a_thousand_other_sessio
         assert (await client.post("/aos", json=others)).status_code == 200
         after = await client.post("/aos", json=aos_send_email(3, "S", secret_line))
     assert after.json()["result"]["decision"] == "deny", after.json()
+
+
+# Finding 6b: the same memory is not stored, so a restart (or another replica) forgets the
+# taint too (DESIGN: "a verdict never depends on which replica answered").
+async def test_a_tainted_aos_session_stays_tainted_across_a_restart(tmp_path: Path) -> None:
+    secret_line = "db password for prod is Zq8kLm2vNp9xRt and the ssn 078-05-1120"
+    decisions = []
+    for read_first in (True, False):
+        async with (
+            server_process(tmp_path) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=ALICE, timeout=30) as http,
+        ):
+            if read_first:
+                await http.post("/aos", json=in_session(aos_tool_result(1, secret_line), "S"))
+            reply = await http.post("/aos", json=aos_send_email(2, "S", secret_line))
+            decisions.append(reply.json()["result"]["decision"])
+    assert decisions == ["deny", "deny"], decisions
