@@ -247,3 +247,30 @@ async def test_a_tainted_aos_session_stays_tainted_across_a_restart(tmp_path: Pa
             reply = await http.post("/aos", json=aos_send_email(2, "S", secret_line))
             decisions.append(reply.json()["result"]["decision"])
     assert decisions == ["deny", "deny"], decisions
+
+
+# Finding 7 (low-medium): `audit verify` cannot see a trail cut short. Deleting a chain's
+# newest entries (say the denials of the exfiltration attempt that just happened) leaves a
+# chain that still verifies: nothing records where a chain ends.
+async def test_audit_verify_notices_the_newest_verdicts_deleted(tmp_path: Path) -> None:
+    import sqlite3
+
+    from aap_server import cli
+    from tests.conftest import harness
+
+    db = tmp_path / "aap.db"
+    async with harness(tmp_path) as h:
+        session_id = await h.new_session()
+        for text in ("one", "two", "three"):
+            body = {"messages": [{"role": "user", "content": text}]}
+            assert (
+                await h.client.post(f"/sessions/{session_id}/turns", json=body)
+            ).status_code == 200
+    verify = ["audit", "verify", "--db", str(db)]
+    assert await asyncio.to_thread(cli.main, verify) == 0
+    with sqlite3.connect(db) as conn:
+        (newest,) = conn.execute(
+            "SELECT max(seq) FROM audit_entries WHERE chain = ?", (session_id,)
+        ).fetchone()
+        conn.execute("DELETE FROM audit_entries WHERE chain = ? AND seq = ?", (session_id, newest))
+    assert await asyncio.to_thread(cli.main, verify) == 1
