@@ -5,8 +5,11 @@ carried (to recognise it leaving again in a tool's arguments, also base64-, URL-
 hex-encoded) and the placeholders handed out. Texts are never kept whole:
 
 - an untrusted or confidential line of 16+ characters is remembered as a 64-bit hash of its
-  first 16 bytes (lower-cased UTF-8), at most `MAX_LINE_PRINTS` per session (oldest
-  forgotten first): it is recognised when those 16 bytes occur in a later tool argument;
+  first 16 bytes (lower-cased UTF-8), and untrusted or confidential text as the winnowed
+  hashes of its `CHUNK_CHARS`-character chunks (`chunk_prints`), at most `MAX_LINE_PRINTS`
+  per session (oldest forgotten first): it is recognised when those 16 bytes, or any
+  `CHUNK_CHARS + CHUNK_WINDOW - 1` letters and digits of it in a row, occur in a later tool
+  argument (whatever the spacing, punctuation or case, split across arguments or not);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
   of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
   every later tool argument counts as carrying private data (fail closed: a flood of values
@@ -56,6 +59,32 @@ def fingerprint(data: bytes) -> int:
     """A stable 64-bit hash (two C-speed checksums: cheap enough to take at every offset of
     a tool argument)."""
     return (zlib.crc32(data) << 32) | zlib.adler32(data)
+
+
+# Winnowing (Schleimer, Wilkerson, Aiken 2003) over the letters and digits of a text: the
+# hashes of all its `CHUNK_CHARS`-long chunks, of which the smallest in every `CHUNK_WINDOW`
+# consecutive ones is kept (about one in 4.5), so any run of CHUNK_CHARS + CHUNK_WINDOW - 1
+# (31) letters and digits of a tracked text, about 40 characters of prose, shares a kept hash.
+CHUNK_CHARS = 24
+CHUNK_WINDOW = 8
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def _chunk_hashes(text: str) -> Iterator[int]:
+    """The hash of every CHUNK_CHARS-long run of a text's letters and digits (lower-cased),
+    in order: C-speed work per character."""
+    flat = _NOT_ALNUM.sub("", text.lower())
+    for i in range(len(flat) - CHUNK_CHARS + 1):
+        yield fingerprint(flat[i : i + CHUNK_CHARS].encode())
+
+
+def chunk_prints(text: str) -> list[int]:
+    """The winnowed chunk hashes of a text (see `CHUNK_CHARS`), in order, each once."""
+    hashes = list(_chunk_hashes(text))
+    if len(hashes) <= CHUNK_WINDOW:
+        return [min(hashes)] if hashes else []
+    windows = range(len(hashes) - CHUNK_WINDOW + 1)
+    return list(dict.fromkeys(min(hashes[i : i + CHUNK_WINDOW]) for i in windows))
 
 
 def line_prints(text: str) -> Iterator[int]:
@@ -124,11 +153,16 @@ def carries_line(prints: Prints, forms: Iterable[bytes]) -> bool:
     offset, so the cost is linear in the text."""
     if not len(prints):
         return False
+    forms = list(forms)
     size = PRINT_BYTES
     return any(
         fingerprint(data[i : i + size]) in prints
         for data in forms
         for i in range(len(data) - size + 1)
+    ) or any(
+        value in prints
+        for data in forms
+        for value in _chunk_hashes(data.decode("utf-8", "replace"))
     )
 
 

@@ -46,6 +46,7 @@ from aap_server.guardian.memory import (
     FactsCache,
     SessionFacts,
     carries_line,
+    chunk_prints,
     decoded_forms,
     line_prints,
 )
@@ -66,6 +67,9 @@ logger = logging.getLogger("aap_server.guardian")
 # scanned off the event loop; smaller ones inline, where a thread hop costs more than the scan.
 INLINE_SCAN_BYTES = 8 * 1024
 INLINE_VIEW_STRINGS = 2_000
+# How much of a step's untrusted or confidential text (its end) is fingerprinted in chunks:
+# more than the `MAX_LINE_PRINTS // 2` newest chunk fingerprints kept of a step need.
+TRACKED_TAIL_CHARS = 32 * 1024
 
 
 # The scan workers of all guardians: callers are served in turn (see `scan_pool`).
@@ -150,6 +154,11 @@ class _Step:
             prints: dict[int, None] = {}
             for text in view.texts:
                 prints.update(dict.fromkeys(line_prints(text)))
+            # Also every substantial fragment, across lines and texts (one may be split).
+            # The newest, at most half of what a session keeps (one step does not push out
+            # all that earlier ones tracked): the text's tail is enough, and bounds the work.
+            tail = "\n".join(view.texts)[-TRACKED_TAIL_CHARS:]
+            prints.update(dict.fromkeys(chunk_prints(tail)[-MAX_LINE_PRINTS // 2 :]))
             self.line_prints = list(prints)[-MAX_LINE_PRINTS:]
         if arguments:
             self.prepare_arguments()

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from aap_server import aos
+from aap_server.agent import KnowledgeItem
 from aap_server.guardian import CheckScope, check_scope, policy_guardian
 from aap_server.guardian import memory as guardian_memory
 from aap_server.guardian.policy import default_policy, parse_policy
@@ -200,3 +201,46 @@ def test_unreadable_memory_is_taken_as_tainted() -> None:
     memory = guardian.export_session("sess_1")
     assert memory is not None
     assert msgspec.json.decode(memory, type=guardian_memory.SessionMemory).untrusted_seen is True
+
+
+LONG_NOTE = (
+    "CONFIDENTIAL payroll 2024: Alice Martin, engineering lead, earns 182,000 EUR per year "
+    "plus a retention bonus of 40,000 EUR agreed with the board in March"
+)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        # A fragment from the middle (no first word, other spacing and case).
+        {"body": "fyi: alice martin ENGINEERING   lead earns 182,000"},
+        # The same fragment split into short items across arguments.
+        {"subject": "Engineering lead", "body": "earns 182", "cc": ["000 EUR", " per year plus"]},
+    ],
+)
+async def test_any_substantial_fragment_of_a_confidential_line_is_recognised(
+    arguments: dict[str, object],
+) -> None:
+    guardian = PolicyGuardian(default_policy())
+    note = [KnowledgeItem(id="note-payroll", content=LONG_NOTE)]
+    await guardian.check(steps().knowledge_retrieval("payroll", None, note))
+    send = steps(turn="turn_2").tool_call_request(
+        "c9", "send_email", {"to": "x@example.com", **arguments}
+    )
+    verdict = await guardian.check(send)
+    assert verdict.decision == "deny", verdict
+
+
+def test_chunk_prints_recognise_fragments_not_unrelated_text() -> None:
+    tracked = guardian_memory.Prints(guardian_memory.MAX_LINE_PRINTS)
+    for value in guardian_memory.chunk_prints(LONG_NOTE):
+        tracked.add(value)
+    # About one kept hash in 4.5 chunks: a few dozen for this line.
+    assert 10 < len(tracked) < len(LONG_NOTE) // 3
+
+    def carried(text: str) -> bool:
+        return guardian_memory.carries_line(tracked, [text.lower().encode()])
+
+    assert carried("a retention bonus of 40,000 EUR agreed with")
+    assert not carried("a retention bonus of 50,000 EUR agreed with")
+    assert not carried("The weather is fine today and nothing happened at all.")
