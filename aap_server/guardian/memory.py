@@ -206,6 +206,25 @@ class SessionFacts:
         self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
         self.counters: dict[str, int] = {}
         self._placeholder_bytes = 0
+        # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
+        # untrusted and private data in every tool argument (fail closed).
+        self.forgotten = False
+
+    @classmethod
+    def of_forgotten(cls) -> SessionFacts:
+        """What stands in for a tainted session's forgotten memory: the worst."""
+        facts = cls()
+        facts.untrusted_seen = facts.changed = facts.forgotten = True
+        facts.private_values.saturated = True
+        return facts
+
+    def tainted(self) -> bool:
+        """Whether forgetting this session would lose something that denies a step."""
+        return (
+            self.untrusted_seen
+            or self.private_saturated
+            or bool(len(self.private_values) or len(self.private_lines))
+        )
 
     @property
     def private_saturated(self) -> bool:
@@ -310,6 +329,9 @@ MAX_HOSTED_BYTES = 256 * 1024 * 1024
 # kept (its least recently used sessions are forgotten first; never another caller's).
 MAX_CALLER_SESSIONS = 1_000
 MAX_CALLER_BYTES = 16 * 1024 * 1024
+# Per caller: how many forgotten tainted sessions are remembered as such (a hash of the id);
+# past that, any session of the caller not in memory is taken as tainted (fail closed).
+MAX_CALLER_FORGOTTEN = 50_000
 
 
 class FactsCache:
@@ -317,9 +339,16 @@ class FactsCache:
     used forgotten first. Sizes are accounted as steps change them (`resized`), so keeping
     the cap costs a step O(1), not O(sessions)."""
 
-    def __init__(self, max_sessions: int, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, max_sessions: int, max_bytes: int | None = None, max_forgotten: int = 0
+    ) -> None:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
+        # With `max_forgotten` (caches with no store behind them), a tainted session that is
+        # forgotten comes back tainted: its id's hash is kept here.
+        self.max_forgotten = max_forgotten
+        self._forgotten: set[int] = set()
+        self.forgotten_overflowed = False
         self._facts: OrderedDict[str, SessionFacts] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self.bytes = 0
@@ -336,9 +365,16 @@ class FactsCache:
     def facts(self, session_id: str) -> SessionFacts:
         facts = self._facts.get(session_id)
         if facts is None:
-            return self.put(session_id, SessionFacts())
+            return self.put(session_id, self._fresh(session_id))
         self._facts.move_to_end(session_id)
         return facts
+
+    def _fresh(self, session_id: str) -> SessionFacts:
+        if self.max_forgotten and (
+            self.forgotten_overflowed or fingerprint(session_id.encode()) in self._forgotten
+        ):
+            return SessionFacts.of_forgotten()
+        return SessionFacts()
 
     def put(self, session_id: str, facts: SessionFacts) -> SessionFacts:
         self._facts[session_id] = facts
@@ -359,5 +395,11 @@ class FactsCache:
             len(self._facts) > self.max_sessions
             or (self.max_bytes is not None and self.bytes > self.max_bytes)
         ):
-            dropped, _ = self._facts.popitem(last=False)
+            dropped, gone = self._facts.popitem(last=False)
             self.bytes -= self._sizes.pop(dropped)
+            key = fingerprint(dropped.encode())
+            if self.max_forgotten and gone.tainted() and key not in self._forgotten:
+                if len(self._forgotten) >= self.max_forgotten:
+                    self.forgotten_overflowed = True  # from now on, assume every one was
+                else:
+                    self._forgotten.add(key)

@@ -39,6 +39,7 @@ from aap_server.guardian.detectors import Finding, check_egress, scan_all
 from aap_server.guardian.detectors.scan import ScanCancelled
 from aap_server.guardian.memory import (
     MAX_CALLER_BYTES,
+    MAX_CALLER_FORGOTTEN,
     MAX_CALLER_SESSIONS,
     MAX_HOSTED_BYTES,
     MAX_LINE_PRINTS,
@@ -225,7 +226,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             return False
         if session.untrusted_data_in_arguments is not None and (
             session.untrusted_data_in_arguments
-            != carries_line(facts.untrusted_lines, step.argument_forms)
+            != (facts.forgotten or carries_line(facts.untrusted_lines, step.argument_forms))
         ):
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
@@ -282,7 +283,9 @@ class PolicyGuardian(Guardian):
             return self._hosted
         cache = self._outside.get(namespace)
         if cache is None:
-            cache = self._outside[namespace] = FactsCache(MAX_CALLER_SESSIONS, MAX_CALLER_BYTES)
+            cache = self._outside[namespace] = FactsCache(
+                MAX_CALLER_SESSIONS, MAX_CALLER_BYTES, MAX_CALLER_FORGOTTEN
+            )
         return cache
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:

@@ -244,3 +244,23 @@ def test_chunk_prints_recognise_fragments_not_unrelated_text() -> None:
     assert carried("a retention bonus of 40,000 EUR agreed with")
     assert not carried("a retention bonus of 50,000 EUR agreed with")
     assert not carried("The weather is fine today and nothing happened at all.")
+
+
+def test_a_forgotten_tainted_session_comes_back_tainted_up_to_the_limit() -> None:
+    cache = guardian_memory.FactsCache(max_sessions=2, max_forgotten=2)
+    cache.facts("tainted-1").untrusted_seen = True
+    cache.facts("tainted-2").private_values.add(7)
+    for clean in ("clean-1", "clean-2", "clean-3"):
+        cache.facts(clean)  # pushes out the others
+    assert "tainted-1" not in cache
+    assert "clean-1" not in cache
+    assert cache.facts("tainted-1").forgotten
+    assert not cache.facts("clean-1").forgotten  # nothing to lose: it comes back fresh
+    assert cache.facts("tainted-2").forgotten
+    assert not cache.facts("never-seen").forgotten
+    # Past `max_forgotten` tainted ids, any session not in memory is taken as tainted.
+    cache.facts("tainted-3").untrusted_seen = True
+    for clean in ("clean-4", "clean-5", "clean-6"):
+        cache.facts(clean)
+    assert cache.forgotten_overflowed
+    assert cache.facts("never-seen-either").forgotten
