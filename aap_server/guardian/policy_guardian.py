@@ -292,7 +292,8 @@ class PolicyGuardian(Guardian):
         policy = self.policy
         scope = check_scope.get()
         # Whose turn a scan in a worker waits for: the `POST /aos` caller, or the session.
-        caller = scope.namespace or f"session:{scope.session_id or ''}"
+        context: aos.StepContext | None = getattr(request.params, "context", None)
+        caller = scope.namespace or f"session:{context.session.id if context else scope.session_id}"
         try:
             try:
                 view = view_of(request, max_strings=INLINE_VIEW_STRINGS)
