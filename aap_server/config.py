@@ -111,6 +111,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     rate_limit_per_second: float = 100.0
     rate_limit_burst: int = 500
     max_concurrent_turns: int = 16
+    max_concurrent_aos_requests: int = 8
     max_sessions: int = 10_000
     max_stored_bytes: int = 1024**3
     log_level: str = "info"
@@ -165,6 +166,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         for name in (
             "rate_limit_per_second",
             "max_concurrent_turns",
+            "max_concurrent_aos_requests",
             "max_sessions",
             "max_stored_bytes",
         ):

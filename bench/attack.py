@@ -5,7 +5,9 @@ Starts a real aap-server (default policy, SQLite in a temp dir) on loopback, the
 p50/p99 of `GET /meta` and of small `none` turns from a well-behaved client, first alone, then
 while attackers keep sending the worst payloads we know (≈900 KB POST /aos tool results and
 ≈900 KB user messages made of repeated `-----BEGIN PRIVATE KEY-----` lines, `aa.` host runs
-and `x://a:b@c.de/` URL runs), and prints both and their ratio. Bounded: a fixed number of
+and `x://a:b@c.de/` URL runs; and requests made of many small costly steps, each once under the
+32 KB worker threshold: a `POST /aos` batch of 120 steps of 30 KB and a `POST /sessions` of 600 seed
+messages of 9 KB of `a@`), and prints both and their ratio. Bounded: a fixed number of
 measured requests per phase, every request with a timeout.
 
     python bench/attack.py [--samples 200] [--attackers 2]
@@ -89,15 +91,40 @@ def turn_payloads() -> list[bytes]:
     ]
 
 
+def many_small_payloads() -> tuple[bytes, bytes]:
+    """A POST /aos batch and a POST /sessions body of many small, costly steps."""
+    steps = StepFactory(
+        agent=aos_agent(DEMO, []),
+        session_id="sess_attack",
+        turn_id="turn_attack",
+        principal=Principal(user_id="mallory", org_id="evil"),
+    )
+    batch = [steps.tool_call_result(f"c{n}", "a@" * 15_000, False) for n in range(120)]
+    seed = [
+        {"role": "user", "content": "a@" * 4500}
+        if n % 2 == 0
+        else {"role": "assistant", "content": "ok"}
+        for n in range(600)
+    ]
+    return msgspec.json.encode(batch), msgspec.json.encode(
+        {"agent": {"name": "demo"}, "messages": seed}
+    )
+
+
 async def attacker(base: str, stop: asyncio.Event, sent: list[float]) -> None:
     aos_bodies, turn_bodies = aos_payloads(), turn_payloads()
+    batch_body, seed_body = many_small_payloads()
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         session = (await client.post("/sessions", json={"agent": {"name": "demo"}})).json()
         url = f"/sessions/{session['sessionId']}/turns"
         number = 0
         while not stop.is_set():
             started = time.perf_counter()
-            if number % 2 == 0:
+            if number % 4 == 2:
+                await client.post("/aos", content=batch_body, headers=JSON)
+            elif number % 4 == 3:
+                await client.post("/sessions", content=seed_body, headers=JSON)
+            elif number % 2 == 0:
                 body = aos_bodies[number // 2 % len(aos_bodies)]
                 await client.post(
                     "/aos", content=body, headers={"Content-Type": "application/json"}

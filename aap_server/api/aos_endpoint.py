@@ -72,6 +72,7 @@ from aap_server.guardian import CheckScope, FailClosed, check_scope
 from aap_server.ids import utc_now_iso
 from aap_server.protocol import GetAuditResponse
 from aap_server.runtime import AapService, InvalidRequestError
+from aap_server.runtime.limits import PrincipalLimits
 from aap_server.store import AuditDraft, InvalidCursorError, SessionStore, caller_chain
 
 logger = logging.getLogger("aap_server.api.aos")
@@ -338,7 +339,12 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     principal = await provide_principal(request)
     service: AapService = state.service  # its guardian: the turn engine's, as it fails closed
     dispatcher = AosDispatcher(service.guardian, state.version, principal.owner, service.store)
-    answer = await dispatcher.handle(await request.body())
+    limits: PrincipalLimits = state.limits
+    limits.start_aos_request(principal.owner)  # 429 past the key's concurrent requests
+    try:
+        answer = await dispatcher.handle(await request.body())
+    finally:
+        limits.end_aos_request(principal.owner)
     if answer is None:
         return Response(b"", status_code=HTTP_204_NO_CONTENT)
     return Response(answer, status_code=HTTP_200_OK, media_type=MediaType.JSON)

@@ -133,6 +133,7 @@ def create_app(
         requests_per_second=settings.rate_limit_per_second,
         burst=settings.rate_limit_burst,
         max_concurrent_turns=settings.max_concurrent_turns,
+        max_concurrent_aos_requests=settings.max_concurrent_aos_requests,
     )
     # One guardian: the turn engine's and POST /aos's.
     reloader: PolicyReloader | None = None

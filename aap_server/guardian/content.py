@@ -63,18 +63,39 @@ def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
         return visit(node) if isinstance(node, str) else node
     head, rest = path[0], path[1:]
     if head == "**":
-        if isinstance(node, str):
-            return visit(node)
-        if isinstance(node, list):
-            return [_walk(item, path, visit) for item in node]
-        if isinstance(node, dict):
-            return {_key(key, visit): _walk(value, path, visit) for key, value in node.items()}
-        return node
+        return _walk_all(node, visit)
     if head == "*":
         return [_walk(item, rest, visit) for item in node] if isinstance(node, list) else node
     if isinstance(node, dict) and head in node:
         return {**node, head: _walk(node[head], rest, visit)}
     return node
+
+
+def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
+    """Apply `visit` to every string under `node` (dictionary keys included), in document
+    order; returns the rewritten copy. Iterative: content nested thousands deep is walked like
+    any other (no recursion limit to hit)."""
+    result: list[Any] = [None]
+    # (container to fill, slot in it, source item, whether `slot` is a dictionary key still
+    # to be visited); popped in document order, each container before its children.
+    stack: list[tuple[Any, Any, Any, bool]] = [(result, 0, node, False)]
+    while stack:
+        target, slot, item, keyed = stack.pop()
+        if keyed:
+            slot = _key(slot, visit)
+        if isinstance(item, str):
+            target[slot] = visit(item)
+        elif isinstance(item, list):
+            copy: list[Any] = [None] * len(item)
+            target[slot] = copy
+            stack.extend((copy, i, item[i], False) for i in range(len(item) - 1, -1, -1))
+        elif isinstance(item, dict):
+            mapping: dict[Any, Any] = {}
+            target[slot] = mapping
+            stack.extend((mapping, k, v, True) for k, v in reversed(item.items()))
+        else:
+            target[slot] = item
+    return result[0]
 
 
 def _key(key: Any, visit: Callable[[str], str]) -> Any:
@@ -97,11 +118,21 @@ def _normalized(request: aos.AosRequest) -> aos.AosRequest:
     return request
 
 
-def _texts(normalized: aos.AosRequest) -> list[str]:
-    """Every string of a normalized request's content, in order."""
+class ViewTooLarge(Exception):
+    """The step has more strings than the caller wanted to walk here (`view_of`)."""
+
+
+def _texts(normalized: aos.AosRequest, max_strings: int | None = None) -> list[str]:
+    """Every string of a normalized request's content, in order (`ViewTooLarge` past
+    `max_strings` strings walked)."""
     found: list[str] = []
+    walked = 0
 
     def collect(text: str) -> str:
+        nonlocal walked
+        walked += 1
+        if max_strings is not None and walked > max_strings:
+            raise ViewTooLarge
         if len(text) > 15 or not _plain(text):
             found.append(text)
         return text
@@ -121,7 +152,9 @@ def rewrite(request: aos.AosRequest, change: Callable[[str], str]) -> aos.AosReq
     return rewritten
 
 
-def view_of(request: aos.AosRequest) -> StepView:
+def view_of(request: aos.AosRequest, *, max_strings: int | None = None) -> StepView:
+    """What rules match on; `ViewTooLarge` once more than `max_strings` strings were walked
+    (the caller then builds the view in a worker)."""
     normalized = _normalized(request)
     params: Any = normalized.params
     context: aos.StepContext | None = getattr(params, "context", None)
@@ -144,5 +177,5 @@ def view_of(request: aos.AosRequest) -> StepView:
         tool=tool,
         execution_id=execution_id,
         arguments=arguments,
-        texts=_texts(normalized),
+        texts=_texts(normalized, max_strings),
     )

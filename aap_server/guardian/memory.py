@@ -5,8 +5,11 @@ carried (to recognise it leaving again in a tool's arguments, also base64-, URL-
 hex-encoded) and the placeholders handed out. Texts are never kept whole:
 
 - an untrusted or confidential line of 16+ characters is remembered as a 64-bit hash of its
-  first 16 bytes (lower-cased UTF-8), at most `MAX_LINE_PRINTS` per session (oldest
-  forgotten first): it is recognised when those 16 bytes occur in a later tool argument;
+  first 16 bytes (lower-cased UTF-8), and untrusted or confidential text as the winnowed
+  hashes of its `CHUNK_CHARS`-character chunks (`chunk_prints`), at most `MAX_LINE_PRINTS`
+  per session (oldest forgotten first): it is recognised when those 16 bytes, or any
+  `CHUNK_CHARS + CHUNK_WINDOW - 1` letters and digits of it in a row, occur in a later tool
+  argument (whatever the spacing, punctuation or case, split across arguments or not);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
   of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
   every later tool argument counts as carrying private data (fail closed: a flood of values
@@ -65,6 +68,32 @@ def fingerprint(data: bytes) -> int:
     """A stable 64-bit hash (two C-speed checksums: cheap enough to take at every offset of
     a tool argument)."""
     return (zlib.crc32(data) << 32) | zlib.adler32(data)
+
+
+# Winnowing (Schleimer, Wilkerson, Aiken 2003) over the letters and digits of a text: the
+# hashes of all its `CHUNK_CHARS`-long chunks, of which the smallest in every `CHUNK_WINDOW`
+# consecutive ones is kept (about one in 4.5), so any run of CHUNK_CHARS + CHUNK_WINDOW - 1
+# (31) letters and digits of a tracked text, about 40 characters of prose, shares a kept hash.
+CHUNK_CHARS = 24
+CHUNK_WINDOW = 8
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def _chunk_hashes(text: str) -> Iterator[int]:
+    """The hash of every CHUNK_CHARS-long run of a text's letters and digits (lower-cased),
+    in order: C-speed work per character."""
+    flat = _NOT_ALNUM.sub("", text.lower())
+    for i in range(len(flat) - CHUNK_CHARS + 1):
+        yield fingerprint(flat[i : i + CHUNK_CHARS].encode())
+
+
+def chunk_prints(text: str) -> list[int]:
+    """The winnowed chunk hashes of a text (see `CHUNK_CHARS`), in order, each once."""
+    hashes = list(_chunk_hashes(text))
+    if len(hashes) <= CHUNK_WINDOW:
+        return [min(hashes)] if hashes else []
+    windows = range(len(hashes) - CHUNK_WINDOW + 1)
+    return list(dict.fromkeys(min(hashes[i : i + CHUNK_WINDOW]) for i in windows))
 
 
 def line_prints(text: str) -> Iterator[int]:
@@ -133,11 +162,16 @@ def carries_line(prints: Prints, forms: Iterable[bytes]) -> bool:
     offset, so the cost is linear in the text."""
     if not len(prints):
         return False
+    forms = list(forms)
     size = PRINT_BYTES
     return any(
         fingerprint(data[i : i + size]) in prints
         for data in forms
         for i in range(len(data) - size + 1)
+    ) or any(
+        value in prints
+        for data in forms
+        for value in _chunk_hashes(data.decode("utf-8", "replace"))
     )
 
 
@@ -184,6 +218,25 @@ class SessionFacts:
         self._placeholder_bytes = 0
         # Values by origin, for the provenance rules (`aap_server.guardian.provenance`).
         self.provenance = Provenance()
+        # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
+        # untrusted and private data in every tool argument (fail closed).
+        self.forgotten = False
+
+    @classmethod
+    def of_forgotten(cls) -> SessionFacts:
+        """What stands in for a tainted session's forgotten memory: the worst."""
+        facts = cls()
+        facts.untrusted_seen = facts.changed = facts.forgotten = True
+        facts.private_values.saturated = True
+        return facts
+
+    def tainted(self) -> bool:
+        """Whether forgetting this session would lose something that denies a step."""
+        return (
+            self.untrusted_seen
+            or self.private_saturated
+            or bool(len(self.private_values) or len(self.private_lines))
+        )
 
     @property
     def private_saturated(self) -> bool:
@@ -292,6 +345,9 @@ MAX_HOSTED_BYTES = 256 * 1024 * 1024
 # kept (its least recently used sessions are forgotten first; never another caller's).
 MAX_CALLER_SESSIONS = 1_000
 MAX_CALLER_BYTES = 16 * 1024 * 1024
+# Per caller: how many forgotten tainted sessions are remembered as such (a hash of the id);
+# past that, any session of the caller not in memory is taken as tainted (fail closed).
+MAX_CALLER_FORGOTTEN = 50_000
 
 
 class FactsCache:
@@ -299,9 +355,16 @@ class FactsCache:
     used forgotten first. Sizes are accounted as steps change them (`resized`), so keeping
     the cap costs a step O(1), not O(sessions)."""
 
-    def __init__(self, max_sessions: int, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, max_sessions: int, max_bytes: int | None = None, max_forgotten: int = 0
+    ) -> None:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
+        # With `max_forgotten` (caches with no store behind them), a tainted session that is
+        # forgotten comes back tainted: its id's hash is kept here.
+        self.max_forgotten = max_forgotten
+        self._forgotten: set[int] = set()
+        self.forgotten_overflowed = False
         self._facts: OrderedDict[str, SessionFacts] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self.bytes = 0
@@ -318,9 +381,16 @@ class FactsCache:
     def facts(self, session_id: str) -> SessionFacts:
         facts = self._facts.get(session_id)
         if facts is None:
-            return self.put(session_id, SessionFacts())
+            return self.put(session_id, self._fresh(session_id))
         self._facts.move_to_end(session_id)
         return facts
+
+    def _fresh(self, session_id: str) -> SessionFacts:
+        if self.max_forgotten and (
+            self.forgotten_overflowed or fingerprint(session_id.encode()) in self._forgotten
+        ):
+            return SessionFacts.of_forgotten()
+        return SessionFacts()
 
     def put(self, session_id: str, facts: SessionFacts) -> SessionFacts:
         self._facts[session_id] = facts
@@ -341,5 +411,11 @@ class FactsCache:
             len(self._facts) > self.max_sessions
             or (self.max_bytes is not None and self.bytes > self.max_bytes)
         ):
-            dropped, _ = self._facts.popitem(last=False)
+            dropped, gone = self._facts.popitem(last=False)
             self.bytes -= self._sizes.pop(dropped)
+            key = fingerprint(dropped.encode())
+            if self.max_forgotten and gone.tainted() and key not in self._forgotten:
+                if len(self._forgotten) >= self.max_forgotten:
+                    self.forgotten_overflowed = True  # from now on, assume every one was
+                else:
+                    self._forgotten.add(key)

@@ -6,9 +6,12 @@ memory lives in this process and is exported to the runtime after it changes (st
 session), so a restart or an eviction forgets nothing.
 
 Work per step is linear in the step's content and capped (`[limits] max_scan_bytes`); a step
-larger than `INLINE_SCAN_BYTES` is scanned in a worker thread, so the event loop keeps serving
-and the guardian's time budget (`FailClosed`) can end the wait. Session facts are read and
-changed on the event loop only.
+larger than `INLINE_SCAN_BYTES` (or with more than `INLINE_VIEW_STRINGS` strings) is viewed
+and scanned in a worker thread, in its caller's fair turn (`scan_pool.FairScanPool`), so the
+event loop keeps serving and the guardian's time budget (`FailClosed`) can end the wait;
+smaller ones inline, at most `scan_pool.LOOP_SLICE_BYTES` per loop pass (`LoopSlice`), so no
+number of small steps holds the loop either. Session facts are read and changed on the event
+loop only.
 """
 
 from __future__ import annotations
@@ -19,19 +22,25 @@ import fnmatch
 import logging
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
 
 from aap_server import aos
 from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
-from aap_server.guardian.content import UNTRUSTED_METHODS, StepView, rewrite, view_of
+from aap_server.guardian.content import (
+    UNTRUSTED_METHODS,
+    StepView,
+    ViewTooLarge,
+    rewrite,
+    view_of,
+)
 from aap_server.guardian.detectors import Finding, check_egress, scan_all
 from aap_server.guardian.detectors.base import CATEGORIES, Category
 from aap_server.guardian.detectors.scan import ScanCancelled
 from aap_server.guardian.memory import (
     MAX_CALLER_BYTES,
+    MAX_CALLER_FORGOTTEN,
     MAX_CALLER_SESSIONS,
     MAX_HOSTED_BYTES,
     MAX_LINE_PRINTS,
@@ -39,6 +48,7 @@ from aap_server.guardian.memory import (
     FactsCache,
     SessionFacts,
     carries_line,
+    chunk_prints,
     decoded_forms,
     fingerprint,
     line_prints,
@@ -52,18 +62,22 @@ from aap_server.guardian.policy import (
     Rule,
 )
 from aap_server.guardian.provenance import Call, ToolFacts, call_of, tool_facts
+from aap_server.guardian.scan_pool import FairScanPool, LoopSlice, ScanQueueFull
 from aap_server.guardian.screen import screen_for
 
 logger = logging.getLogger("aap_server.guardian")
 
-# Steps with more content than this (UTF-8 bytes) are scanned off the event loop; smaller ones
-# inline, where a thread hop would cost more than the scan.
-INLINE_SCAN_BYTES = 32 * 1024
+# Steps with more content than this (UTF-8 bytes), or more strings than that, are viewed and
+# scanned off the event loop; smaller ones inline, where a thread hop costs more than the scan.
+INLINE_SCAN_BYTES = 8 * 1024
+INLINE_VIEW_STRINGS = 2_000
+# How much of a step's untrusted or confidential text (its end) is fingerprinted in chunks:
+# more than the `MAX_LINE_PRINTS // 2` newest chunk fingerprints kept of a step need.
+TRACKED_TAIL_CHARS = 32 * 1024
 
 
-# One worker for all big scans: however many arrive at once, at most one competes with the
-# event loop for the interpreter (the rest queue), so the loop keeps most of its time.
-_SCANNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aap-guardian-scan")
+# The scan workers of all guardians: callers are served in turn (see `scan_pool`).
+_SCANS = FairScanPool()
 
 
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
@@ -139,12 +153,21 @@ class _Step:
         if self.is_egress():
             egress = self.policy.egress
             for text in view.texts:
-                found.extend(check_egress(text, egress.allow_domains, egress.deny_domains))
+                found.extend(
+                    check_egress(text, egress.allow_domains, egress.deny_domains, self.stopped)
+                )
+            if self.cancelled:  # `check_egress` stopped early: its answer is incomplete
+                raise ScanCancelled
         self.findings = found
         if view.method in UNTRUSTED_METHODS or view.method == "steps/knowledgeRetrieval":
             prints: dict[int, None] = {}
             for text in view.texts:
                 prints.update(dict.fromkeys(line_prints(text)))
+            # Also every substantial fragment, across lines and texts (one may be split).
+            # The newest, at most half of what a session keeps (one step does not push out
+            # all that earlier ones tracked): the text's tail is enough, and bounds the work.
+            tail = "\n".join(view.texts)[-TRACKED_TAIL_CHARS:]
+            prints.update(dict.fromkeys(chunk_prints(tail)[-MAX_LINE_PRINTS // 2 :]))
             self.line_prints = list(prints)[-MAX_LINE_PRINTS:]
         if arguments:
             self.prepare_arguments()
@@ -296,7 +319,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             return False
         if session.untrusted_data_in_arguments is not None and (
             session.untrusted_data_in_arguments
-            != carries_line(facts.untrusted_lines, step.argument_forms)
+            != (facts.forgotten or carries_line(facts.untrusted_lines, step.argument_forms))
         ):
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
@@ -315,6 +338,7 @@ class PolicyGuardian(Guardian):
         self._hosted = FactsCache(MAX_SESSIONS, MAX_HOSTED_BYTES)
         self._outside: dict[str, FactsCache] = {}
         self._screen = screen_for(policy)
+        self._slice = LoopSlice()
 
     def text_screen(self) -> TextScreen:
         return self._screen()
@@ -352,25 +376,43 @@ class PolicyGuardian(Guardian):
             return self._hosted
         cache = self._outside.get(namespace)
         if cache is None:
-            cache = self._outside[namespace] = FactsCache(MAX_CALLER_SESSIONS, MAX_CALLER_BYTES)
+            cache = self._outside[namespace] = FactsCache(
+                MAX_CALLER_SESSIONS, MAX_CALLER_BYTES, MAX_CALLER_FORGOTTEN
+            )
         return cache
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         policy = self.policy
         scope = check_scope.get()
-        view = view_of(request)
-        # MCP and A2A params name no session: the caller's scope does (see `CheckScope`).
-        session_id = (view.session_id if view.session_id is not None else scope.session_id) or ""
-        size = sum(len(text.encode("utf-8", "surrogatepass")) for text in view.texts)
-        step = _Step(request, view, policy)
-        if size > policy.limits.max_scan_bytes:
-            verdict = _over_limit(policy, size)
-        else:
-            if size > INLINE_SCAN_BYTES:
-                await _off_the_loop(step)
+        # Whose turn a scan in a worker waits for: the `POST /aos` caller, or the session.
+        context: aos.StepContext | None = getattr(request.params, "context", None)
+        caller = scope.namespace or f"session:{context.session.id if context else scope.session_id}"
+        try:
+            try:
+                view = view_of(request, max_strings=INLINE_VIEW_STRINGS)
+                inline = True
+            except ViewTooLarge:
+                view = await _SCANS.run(caller, lambda: view_of(request))
+                inline = False
+            # MCP and A2A params name no session: the caller's scope does (see `CheckScope`).
+            session_id = (
+                view.session_id if view.session_id is not None else scope.session_id
+            ) or ""
+            size = sum(len(text.encode("utf-8", "surrogatepass")) for text in view.texts)
+            step = _Step(request, view, policy)
+            if size > policy.limits.max_scan_bytes:
+                verdict = _over_limit(policy, size)
             else:
-                step.prepare()
-            verdict = None
+                if inline and size <= INLINE_SCAN_BYTES:
+                    await self._slice.take(size)
+                    step.prepare()
+                else:
+                    await _off_the_loop(step, caller)
+                verdict = None
+        except ScanQueueFull:
+            return _busy(policy)
+        except RecursionError:
+            return _too_deep(policy)
         cache = self._cache(scope.namespace)
         facts = cache.facts(session_id)
         if view.turn_id is not None and view.turn_id != facts.turn_id:
@@ -482,12 +524,11 @@ class PolicyGuardian(Guardian):
             facts.changed = True
 
 
-async def _off_the_loop(step: _Step) -> None:
-    """`step.prepare()` in the scan worker; if the wait is cancelled (the time budget ran
-    out), the scan stops before its next detector family (or never starts)."""
-    loop = asyncio.get_running_loop()
+async def _off_the_loop(step: _Step, caller: str) -> None:
+    """`step.prepare()` in a scan worker, in `caller`'s turn; if the wait is cancelled (the
+    time budget ran out), the scan stops before its next detector family (or never starts)."""
     try:
-        await loop.run_in_executor(_SCANNER, _prepare_quietly, step)
+        await _SCANS.run(caller, lambda: _prepare_quietly(step))
     except asyncio.CancelledError:
         step.cancelled = True
         raise
@@ -508,6 +549,28 @@ def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:
         message=f"step carries {size} bytes, over the {limit}-byte scan limit: {decision}",
         reason_code=["limit.scan_bytes"],
         data={"policyHash": policy.hash, "ruleId": "limits.max_scan_bytes"},
+    )
+
+
+def _too_deep(policy: Policy) -> aos.AosSuccessResult:
+    """Content nested deeper than can be read (the walk is iterative; converting the request
+    to plain data is not): denied, since it cannot be seen, with a reason, not a traceback."""
+    return aos.AosSuccessResult(
+        decision="deny",
+        message="step content is nested too deeply to be scanned",
+        reason_code=["limit.content_depth"],
+        data={"policyHash": policy.hash, "ruleId": "limits.content_depth"},
+    )
+
+
+def _busy(policy: Policy) -> aos.AosSuccessResult:
+    """The caller has as many scans waiting as it may: this step is denied at once (fail
+    closed), and only this caller's."""
+    return aos.AosSuccessResult(
+        decision="deny",
+        message="too many of this caller's steps are waiting to be scanned; try again later",
+        reason_code=["limit.scan_queue"],
+        data={"policyHash": policy.hash, "ruleId": "limits.scan_queue"},
     )
 
 

@@ -30,6 +30,12 @@ class TooManyTurnsError(RateLimitedError):
     code = "too_many_turns"
 
 
+class TooManyAosRequestsError(RateLimitedError):
+    """The key already has `max_concurrent_aos_requests` POST /aos requests being answered."""
+
+    code = "too_many_aos_requests"
+
+
 class _Bucket:
     """A token bucket: `burst` tokens, refilled at `rate` a second."""
 
@@ -50,6 +56,7 @@ class PrincipalLimits:
         requests_per_second: float = 0,
         burst: int = 1,
         max_concurrent_turns: int = 0,
+        max_concurrent_aos_requests: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.requests_per_second = requests_per_second
@@ -58,6 +65,8 @@ class PrincipalLimits:
         self.clock = clock
         self._buckets: dict[str, _Bucket] = {}
         self._turns: dict[str, int] = {}
+        self.max_concurrent_aos_requests = max_concurrent_aos_requests
+        self._aos: dict[str, int] = {}
 
     def admit_request(self, owner: str) -> None:
         """Take one token of `owner`'s bucket, or raise RateLimitedError."""
@@ -102,3 +111,24 @@ class PrincipalLimits:
 
     def running_turns(self, owner: str) -> int:
         return self._turns.get(owner, 0)
+
+    def start_aos_request(self, owner: str) -> None:
+        """Count a POST /aos request of `owner` as being answered, or raise
+        TooManyAosRequestsError (one key's checks cannot fill the guardian's workers)."""
+        running = self._aos.get(owner, 0)
+        limit = self.max_concurrent_aos_requests
+        if limit and running >= limit:
+            raise TooManyAosRequestsError(
+                f"too many POST /aos requests at once: at most {limit} per API key; retry "
+                "when one of them has been answered",
+                retry_after_seconds=1,
+                details={"maxConcurrentAosRequests": limit},
+            )
+        self._aos[owner] = running + 1
+
+    def end_aos_request(self, owner: str) -> None:
+        running = self._aos.get(owner, 0) - 1
+        if running > 0:
+            self._aos[owner] = running
+        else:
+            self._aos.pop(owner, None)

@@ -150,3 +150,31 @@ async def test_an_acknowledged_resubmission_gives_its_turn_slot_back(tmp_path: P
         for _ in range(3):  # a lost response, resent: acknowledged, nothing run
             assert (await run_turn(h, sid, answers, "none")).status == 200
         assert (await run_turn(h, sid, "and now?", "none")).status == 200
+
+
+async def test_concurrent_aos_requests_past_the_limit_get_429(tmp_path: Path) -> None:
+    ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    release = asyncio.Event()
+
+    async def held_body() -> Any:
+        # The handler is running (counted) while it waits for the rest of the body.
+        yield ping[:10]
+        await release.wait()
+        yield ping[10:]
+
+    settings = limited(tmp_path, max_concurrent_aos_requests=1)
+    async with harness(tmp_path, settings=settings) as h:
+        held = asyncio.create_task(h.client.post("/aos", content=held_body()))
+        for _ in range(200):
+            busy = await h.client.post("/aos", content=ping)
+            if busy.status_code == 429:
+                break
+            await asyncio.sleep(0.02)
+        error = assert_error(busy, 429, "too_many_aos_requests")
+        assert busy.headers["Retry-After"] == "1"
+        assert error["details"] == {"maxConcurrentAosRequests": 1}
+        # Bob's requests are his own.
+        assert (await h.client.post("/aos", content=ping, headers=BOB)).status_code == 200
+        release.set()
+        assert (await held).status_code == 200
+        assert (await h.client.post("/aos", content=ping)).status_code == 200

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import msgspec
 import pytest
 
 from aap_server.guardian import FailClosed
+from aap_server.guardian.content import rewrite, view_of
 from aap_server.guardian.detectors import check_egress, scan_all
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
@@ -40,6 +42,7 @@ PATHOLOGICAL = {
     "card groups": "4111 1111 ",
     "dotted quads": "1.1.1.1 ",
     "ipv6 seeds": "1:1:1:1:",
+    "label runs": "eyJa.",
 }
 
 
@@ -145,3 +148,38 @@ def test_redacting_thousands_of_findings_is_linear() -> None:
     ratio = large_cpu / max(small_cpu, 1e-4)
     # Linear: ~10 (measured 8); quadratic: measured 35.
     assert ratio < 20, f"10x the findings cost {ratio:.0f}x the CPU time"
+
+
+async def test_content_nested_hundreds_deep_is_walked_without_recursion() -> None:
+    deep: Any = "write to alice@example.com"
+    for _ in range(450):  # 900 containers: past the recursion limit of a recursive walk
+        deep = {"k": [deep]}
+    step = steps().tool_call_request("e1", "search", {"q": deep})
+    assert "write to alice@example.com" in view_of(step).texts
+    upper = rewrite(step, str.upper).params.tool_call_request.inputs[0].value
+    for _ in range(450):
+        upper = upper["k"][0]
+    assert upper == "WRITE TO ALICE@EXAMPLE.COM"
+    verdict = await PolicyGuardian(default_policy()).check(step)  # a verdict, not a traceback
+    assert verdict.reason_code != ["limit.content_depth"]
+    # Deeper than the request can even be converted: denied with a reason, not a traceback.
+    for _ in range(1500):
+        deep = {"k": [deep]}
+    too_deep = steps().tool_call_request("e2", "search", {"q": deep})
+    verdict = await PolicyGuardian(default_policy()).check(too_deep)
+    assert (verdict.decision, verdict.reason_code) == ("deny", ["limit.content_depth"])
+
+
+def test_the_bare_host_search_stops_when_asked() -> None:
+    asked = 0
+
+    def stop() -> bool:
+        nonlocal asked
+        asked += 1
+        return True
+
+    assert check_egress("eyJa." * 200_000 + " evil.com", ["a.com"], None, stop) == []
+    assert asked == 1
+    assert [f.value for f in check_egress("eyJa." * 20_000 + " evil.com", ["a.com"], None)] == [
+        "evil.com"
+    ]

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from aap_server import aos
+from aap_server.agent import KnowledgeItem
 from aap_server.guardian import CheckScope, check_scope, policy_guardian
 from aap_server.guardian import memory as guardian_memory
 from aap_server.guardian.policy import default_policy, parse_policy
@@ -158,7 +159,8 @@ async def test_memory_keeps_fingerprints_not_texts_and_stays_bounded() -> None:
     assert b"PURPLE" not in memory
     assert b"filler" not in memory
     assert len(memory) < guardian_memory.MAX_SESSION_BYTES
-    assert len(memory) < len(big) / 10
+    # Fingerprints of lines, chunks and provenance words: bounded, far below the text.
+    assert len(memory) < len(big) / 5
 
 
 async def test_untrusted_lines_are_recognised_encoded_in_later_arguments() -> None:
@@ -200,3 +202,66 @@ def test_unreadable_memory_is_taken_as_tainted() -> None:
     memory = guardian.export_session("sess_1")
     assert memory is not None
     assert msgspec.json.decode(memory, type=guardian_memory.SessionMemory).untrusted_seen is True
+
+
+LONG_NOTE = (
+    "CONFIDENTIAL payroll 2024: Alice Martin, engineering lead, earns 182,000 EUR per year "
+    "plus a retention bonus of 40,000 EUR agreed with the board in March"
+)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        # A fragment from the middle (no first word, other spacing and case).
+        {"body": "fyi: alice martin ENGINEERING   lead earns 182,000"},
+        # The same fragment split into short items across arguments.
+        {"subject": "Engineering lead", "body": "earns 182", "cc": ["000 EUR", " per year plus"]},
+    ],
+)
+async def test_any_substantial_fragment_of_a_confidential_line_is_recognised(
+    arguments: dict[str, object],
+) -> None:
+    guardian = PolicyGuardian(default_policy())
+    note = [KnowledgeItem(id="note-payroll", content=LONG_NOTE)]
+    await guardian.check(steps().knowledge_retrieval("payroll", None, note))
+    send = steps(turn="turn_2").tool_call_request(
+        "c9", "send_email", {"to": "x@example.com", **arguments}
+    )
+    verdict = await guardian.check(send)
+    assert verdict.decision == "deny", verdict
+
+
+def test_chunk_prints_recognise_fragments_not_unrelated_text() -> None:
+    tracked = guardian_memory.Prints(guardian_memory.MAX_LINE_PRINTS)
+    for value in guardian_memory.chunk_prints(LONG_NOTE):
+        tracked.add(value)
+    # About one kept hash in 4.5 chunks: a few dozen for this line.
+    assert 10 < len(tracked) < len(LONG_NOTE) // 3
+
+    def carried(text: str) -> bool:
+        return guardian_memory.carries_line(tracked, [text.lower().encode()])
+
+    assert carried("a retention bonus of 40,000 EUR agreed with")
+    assert not carried("a retention bonus of 50,000 EUR agreed with")
+    assert not carried("The weather is fine today and nothing happened at all.")
+
+
+def test_a_forgotten_tainted_session_comes_back_tainted_up_to_the_limit() -> None:
+    cache = guardian_memory.FactsCache(max_sessions=2, max_forgotten=2)
+    cache.facts("tainted-1").untrusted_seen = True
+    cache.facts("tainted-2").private_values.add(7)
+    for clean in ("clean-1", "clean-2", "clean-3"):
+        cache.facts(clean)  # pushes out the others
+    assert "tainted-1" not in cache
+    assert "clean-1" not in cache
+    assert cache.facts("tainted-1").forgotten
+    assert not cache.facts("clean-1").forgotten  # nothing to lose: it comes back fresh
+    assert cache.facts("tainted-2").forgotten
+    assert not cache.facts("never-seen").forgotten
+    # Past `max_forgotten` tainted ids, any session not in memory is taken as tainted.
+    cache.facts("tainted-3").untrusted_seen = True
+    for clean in ("clean-4", "clean-5", "clean-6"):
+        cache.facts(clean)
+    assert cache.forgotten_overflowed
+    assert cache.facts("never-seen-either").forgotten

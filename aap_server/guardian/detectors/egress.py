@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import unquote
 
 import msgspec
@@ -184,8 +184,15 @@ _BARE_SHAPES = (re.compile(rb"a\.aa"), re.compile(rb"0\.aa"))
 _HOST_CHARS = re.compile(r"[A-Za-z0-9.-]*")
 _BARE_HOST = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})\.?(?![A-Za-z0-9-])"
-    r"(?::\d{1,5})?(?:[/?#][^\s<>\"'`]*)?"
+    r"(?::\d{1,5})?"
 )
+# A host name is at most 253 characters (plus a port): the host match is bounded to that
+# window, so a long run of label-like text (`eyJa.eyJa.…`) costs each candidate O(1), not the
+# rest of the text. The path of an accepted host is taken after it (linear, once per host).
+_BARE_HOST_WINDOW = 253 + 1 + 6
+_BARE_PATH = re.compile(r"[/?#][^\s<>\"'`]*")
+# How many candidates are looked at between two `should_stop` questions.
+_STOP_EVERY = 256
 _BARE_IPV4 = re.compile(
     r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5}(?:[/?#][^\s<>\"'`]*)?|[/?#][^\s<>\"'`]*)"
 )
@@ -211,12 +218,26 @@ def _add(found: list[UrlMatch], text: str, start: int, end: int, *, bare: bool) 
         found.append(UrlMatch(start=start, end=end, url=url, host=dest[0], port=dest[1]))
 
 
-def find_urls(text: str) -> list[UrlMatch]:
-    """URLs (with a scheme) and bare hosts in `text`, in order, with normalised hosts."""
+def find_urls(text: str, should_stop: Callable[[], bool] | None = None) -> list[UrlMatch]:
+    """URLs (with a scheme) and bare hosts in `text`, in order, with normalised hosts.
+    `should_stop` is asked every few hundred candidates: once it says so, the search ends
+    and returns what it found so far (the caller, who asked to stop, must not rely on it)."""
     found: list[UrlMatch] = []
     covered_until = -1
+    countdown = _STOP_EVERY
+
+    def stop() -> bool:
+        nonlocal countdown
+        countdown -= 1
+        if countdown:
+            return False
+        countdown = _STOP_EVERY
+        return should_stop is not None and should_stop()
+
     if ":" in text:
         for sep in _SCHEME_SEP.finditer(text):
+            if stop():
+                return found
             if sep.start() < covered_until:
                 continue
             scheme = _SCHEME_TAIL.search(text, max(0, sep.start() - 31), sep.start())
@@ -236,6 +257,8 @@ def find_urls(text: str) -> list[UrlMatch]:
     shape = text.encode("ascii", "replace").translate(_SHAPE)
     for pattern in _BARE_SHAPES:
         for cand in pattern.finditer(shape):
+            if stop():
+                return found
             if taken.overlaps(cand.start(), cand.start() + 1):
                 continue  # inside a host or URL already found
             # The host's left edge, matched on the reversed stretch before the candidate (a
@@ -249,17 +272,20 @@ def find_urls(text: str) -> list[UrlMatch]:
                 continue
             if start > 0 and text[start - 1] in "@/\\:._-":
                 continue  # an e-mail domain, or part of a path or a URL already found
-            m = _BARE_HOST.match(text, start)
+            m = _BARE_HOST.match(text, start, start + _BARE_HOST_WINDOW)
             if m is None or m.end() <= cand.start():
                 continue
             tld = m.group(1).lower()
             if tld in _BARE_TLDS or text[start : start + 4].lower() == "www.":
-                end = _trim(text, start, m.end())
+                path = _BARE_PATH.match(text, m.end())
+                end = _trim(text, start, path.end() if path else m.end())
                 if not taken.overlaps(start, end):
                     taken.add(start, end)
                     bare.append((start, end))
     if "." in text:
         for m in _BARE_IPV4.finditer(text):
+            if stop():
+                return found
             end = _trim(text, m.start(), m.end())
             if not taken.overlaps(m.start(), end):
                 taken.add(m.start(), end)
@@ -352,17 +378,21 @@ def _ip_of(host: str) -> IPAddress | None:
 
 
 def check_egress(
-    text_or_url: str, allow: Sequence[str] | None, deny: Sequence[str] | None
+    text_or_url: str,
+    allow: Sequence[str] | None,
+    deny: Sequence[str] | None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[Finding]:
     """Findings for each URL/host in the text that the deny list names
     (`egress.denied_domain`) or, with an allow list, that the allow list does not
-    (`egress.not_allowed_domain`)."""
+    (`egress.not_allowed_domain`). With `should_stop` (see `find_urls`) the answer is
+    incomplete once it said stop."""
     if allow is None and not deny:
         return []
     allowed = compile_patterns(tuple(allow)) if allow is not None else None
     denied = compile_patterns(tuple(deny or ()))
     out: list[Finding] = []
-    for url in find_urls(text_or_url):
+    for url in find_urls(text_or_url, should_stop):
         ip = _ip_of(url.host)
         if any(p.matches(url.host, url.port, ip) for p in denied):
             detector = "egress.denied_domain"
