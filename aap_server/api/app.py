@@ -15,6 +15,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from aap_server.agent import Agent
+from aap_server.api.a2a import get_a2a_agent_card, post_a2a
 from aap_server.api.aos_endpoint import get_aos_audit, post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.base_path import BasePathMount
@@ -27,7 +28,7 @@ from aap_server.api.health import HealthCache, get_health
 from aap_server.api.memories import MemoriesController
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
-from aap_server.config import Settings
+from aap_server.config import ConfigError, Settings
 from aap_server.guardian import Guardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.policy import default_policy, load_policy
@@ -112,6 +113,9 @@ def create_app(
             use_entry_points=settings.entry_point_agents,
         )
     hosted_agents = list(agents)
+    unknown = sorted(set(settings.a2a_agents) - {agent.name for agent in hosted_agents})
+    if unknown:
+        raise ConfigError(f"a2a_agents: no hosted agent is named {', '.join(unknown)}")
     store = store or SqliteSessionStore(
         settings.db,
         StoreLimits(max_sessions=settings.max_sessions, max_stored_bytes=settings.max_stored_bytes),
@@ -196,6 +200,8 @@ def create_app(
             post_aos,
             get_aos_audit,
             MemoriesController,
+            get_a2a_agent_card,
+            post_a2a,
             *console_routes(settings),
         ],
         on_startup=[open_store],
