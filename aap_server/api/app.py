@@ -30,6 +30,7 @@ from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.config import ConfigError, Settings
 from aap_server.guardian import Guardian
+from aap_server.guardian.aom import AomGuardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
@@ -138,6 +139,8 @@ def create_app(
     if settings.guardians:
         chain = with_remote_guardians(guardian, settings)
         guardian, guardian_budget = chain, chain.budget_seconds
+    # AOM surfaces' automation_policy, on top of whichever guardian decides the rest.
+    guardian = AomGuardian(guardian)
     service = AapService(
         registry=AgentRegistry(hosted_agents),
         store=store,

@@ -156,7 +156,8 @@ model = "qwen3"
         ),
         (
             'tools = ["shell"]',
-            "agents[0] ('helper'): tools: unknown built-in tool 'shell' (known: current_time)",
+            "agents[0] ('helper'): tools: unknown built-in tool 'shell' "
+            "(known: current_time, aom_read_surface, aom_invoke)",
         ),
         (
             'options = ["colour"]',
