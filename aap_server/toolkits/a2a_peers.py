@@ -71,19 +71,19 @@ class A2aPeerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise ValueError(
-                "a2a_peers: name: 1-32 letters, digits, '_' or '-', starting with a letter or digit"
+                "name: 1-32 letters, digits, '_' or '-', starting with a letter or digit"
             )
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"a2a_peers ({self.name}): url: expected an http(s) URL")
+            raise ValueError("url: expected an http(s) URL")
         if parts.username or parts.password:
-            raise ValueError(f"a2a_peers ({self.name}): url: must not carry credentials")
+            raise ValueError("url: must not carry credentials")
         if self.token and self.token_env:
-            raise ValueError(f"a2a_peers ({self.name}): token: set token or token_env, not both")
+            raise ValueError("token: set token or token_env, not both")
         if not self.timeout_seconds > 0:
-            raise ValueError(f"a2a_peers ({self.name}): timeout_seconds: must be positive")
+            raise ValueError("timeout_seconds: must be positive")
         if self.max_message_chars < 1:
-            raise ValueError(f"a2a_peers ({self.name}): max_message_chars: must be at least 1")
+            raise ValueError("max_message_chars: must be at least 1")
 
     def with_token_from(self, environ: Mapping[str, str]) -> A2aPeerSpec:
         if not self.token_env:
