@@ -161,6 +161,8 @@ async def post_a2a(request: Request[Any, Any, Any], agent: FromPath[str]) -> Res
         body = json.loads(await request.body())
     except (ValueError, UnicodeDecodeError):
         return _rpc_error(None, PARSE_ERROR, "body: not valid JSON", 400)
+    except RecursionError:
+        return _rpc_error(None, PARSE_ERROR, "body: JSON is nested too deeply", 400)
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or "method" not in body:
         return _rpc_error(None, INVALID_REQUEST, "body: not a JSON-RPC 2.0 request", 400)
     rpc_id = body.get("id") if isinstance(body.get("id"), str | int) else None
@@ -181,6 +183,8 @@ async def post_a2a(request: Request[Any, Any, Any], agent: FromPath[str]) -> Res
         text = message_text(incoming)
     except ValueError as error:
         return _rpc_error(rpc_id, CONTENT_TYPE_NOT_SUPPORTED, str(error), 400)
+    except RecursionError:
+        return _rpc_error(rpc_id, INVALID_PARAMS, "params.message.parts: nested too deeply", 400)
     if not text.strip():
         return _rpc_error(rpc_id, INVALID_PARAMS, "params.message.parts: no text", 400)
     service: AapService = request.app.state.service

@@ -229,6 +229,12 @@ async def test_the_agent_card_describes_the_agent_and_its_endpoint(
 
 
 BAD_REQUESTS: list[tuple[bytes, int, int, str]] = [
+    (
+        b'{"jsonrpc": "2.0", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        400,
+        -32700,
+        ("body: JSON is nested too deeply"),
+    ),
     (b"{not json", 400, -32700, "body: not valid JSON"),
     (b"[]", 400, -32600, "body: not a JSON-RPC 2.0 request"),
     (
