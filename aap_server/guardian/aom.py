@@ -139,6 +139,15 @@ def _surface(text: str) -> _Surface | None:
     )
 
 
+def _usable(verdict: Any) -> bool:
+    return (
+        isinstance(verdict, aos.AosSuccessResult)
+        and verdict.decision in ("allow", "deny", "modify")
+        and (verdict.data is None or isinstance(verdict.data, dict))
+        and (verdict.decision != "modify" or verdict.modified_request is not None)
+    )
+
+
 def _deny(code: str, message: str) -> aos.AosSuccessResult:
     return aos.AosSuccessResult(decision="deny", message=message, reason_code=[code])
 
@@ -177,8 +186,8 @@ class AomGuardian(Guardian):
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         verdict = await self.inner.check(request)
-        if verdict.decision == "deny":
-            return verdict
+        if not _usable(verdict) or verdict.decision == "deny":
+            return verdict  # a malformed verdict goes on as it is, for FailClosed to refuse
         step = request
         if verdict.decision == "modify" and verdict.modified_request is not None:
             step = verdict.modified_request
