@@ -26,6 +26,7 @@ from aap_server.protocol import (
     AgentOption,
     ApplicationCapabilities,
     AssistantMessage,
+    Consequence,
     Content,
     ContentBlock,
     Empty,
@@ -57,6 +58,7 @@ __all__ = [
     "AssistantMessage",
     "CompactionPlan",
     "CompactionStrategy",
+    "Consequence",
     "Content",
     "ContentBlock",
     "Empty",
@@ -278,6 +280,15 @@ class ServerTool:
     timeout_seconds: float = 10.0
     # Set `requires_authorization` to have a human approve every call (AOM a2h_policy).
     a2h_policy: A2hPolicy | None = None
+    # What a call does to the world (unset: it only reads) and which arguments name its
+    # recipient or target. The default policy asks a human before a consequential call whose
+    # target the user never mentioned, or whose values came only from untrusted content.
+    consequence: Consequence | None = None
+    targets: tuple[str, ...] = ()
+    # What this tool returns is the user's own trusted data (an address book, the user's
+    # settings), not content someone else could have written: values in it count as the
+    # user's for the guardian's provenance checks.
+    trusted_output: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -286,6 +297,8 @@ class ServerTool:
             title=self.title,
             description=self.description,
             parameters=self.parameters,
+            consequence=self.consequence,
+            targets=list(self.targets) or None,
         )
 
 

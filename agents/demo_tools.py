@@ -366,6 +366,9 @@ SEND_EMAIL = ServerTool(
     ),
     run=_run_send_email,
     timeout_seconds=5.0,
+    # What the guardian's provenance rules read: a call sends, to the address in `to`.
+    consequence="sends",
+    targets=("to",),
 )
 
 TOOLS: list[ServerTool] = [CALCULATOR, SEARCH_NOTES, SEND_EMAIL]

@@ -34,6 +34,13 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from aap_server.guardian.detectors import Finding
+from aap_server.guardian.provenance import (
+    MAX_CALLS,
+    MAX_TRUSTED_PRINTS,
+    MAX_UNTRUSTED_PRINTS,
+    Provenance,
+    ProvenanceMemory,
+)
 
 # A line shorter than this is too common to recognise as coming from somewhere; longer ones
 # are recognised by this many bytes from their start.
@@ -48,6 +55,8 @@ MAX_PLACEHOLDER_VALUE = 512
 MAX_SESSION_BYTES = (
     8 * (2 * MAX_LINE_PRINTS + MAX_PRIVATE_PRINTS)
     + MAX_PLACEHOLDERS * (MAX_PLACEHOLDER_VALUE + 64)
+    + 8 * (MAX_TRUSTED_PRINTS + MAX_UNTRUSTED_PRINTS)
+    + 48 * MAX_CALLS
     + 16_384
 )
 
@@ -149,6 +158,7 @@ class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
     private_values: list[str] = []
     originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
     counters: dict[str, int] = {}
+    provenance: ProvenanceMemory | None = None
 
 
 _memory_encoder = msgspec.json.Encoder()
@@ -172,6 +182,8 @@ class SessionFacts:
         self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
         self.counters: dict[str, int] = {}
         self._placeholder_bytes = 0
+        # Values by origin, for the provenance rules (`aap_server.guardian.provenance`).
+        self.provenance = Provenance()
 
     @property
     def private_saturated(self) -> bool:
@@ -215,6 +227,7 @@ class SessionFacts:
             256
             + 8 * (len(self.untrusted_lines) + len(self.private_lines) + len(self.private_values))
             + self._placeholder_bytes
+            + self.provenance.size()
         )
 
     def export(self) -> bytes:
@@ -232,6 +245,7 @@ class SessionFacts:
                 private_saturated=self.private_saturated,
                 originals=self.originals,
                 counters=self.counters,
+                provenance=self.provenance.export(),
             )
         )
 
@@ -265,6 +279,8 @@ class SessionFacts:
             len(v) + len(p) + 16 for p, (_, v) in facts.originals.items()
         )
         facts.counters = dict(stored.counters)
+        if stored.provenance is not None:
+            facts.provenance = Provenance.from_export(stored.provenance)
         return facts
 
 

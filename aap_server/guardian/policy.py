@@ -74,6 +74,16 @@ class SessionMatch(_Strict, frozen=True):
     private_data_in_arguments: bool | None = None
     # Values from untrusted sources appear in this step's arguments.
     untrusted_data_in_arguments: bool | None = None
+    # Provenance (`aap_server.guardian.provenance`): a recipient or target of this tool call
+    # never appeared in trusted input (the user's messages, the agent's instructions, output
+    # of tools whose output is trusted).
+    target_not_in_trusted_input: bool | None = None
+    # A value of this call (a number, an account, an id: not prose) came only from untrusted
+    # content.
+    values_only_from_untrusted: bool | None = None
+    # A hit of this rule's `match.detectors` in the step's content came in untrusted content
+    # (and not from the user): with `modify.only_untrusted`, only such values are replaced.
+    untrusted_values_in_content: bool | None = None
 
 
 class Match(_Strict, frozen=True):
@@ -88,6 +98,9 @@ class Match(_Strict, frozen=True):
     session: SessionMatch | None = None
     # Tool calls of tools labelled egress (policy `egress.tools`) only.
     egress: bool | None = None
+    # Tool calls of consequential tools (they send, pay, delete, write or post: declared by
+    # the tool, by the policy's `[[tools]]`, or an egress tool) only.
+    consequential: bool | None = None
 
 
 class Modify(_Strict, frozen=True):
@@ -101,6 +114,8 @@ class Modify(_Strict, frozen=True):
     replacement: str = "[REDACTED]"
     # Put the real values back for placeholders of these detectors (for an approved tool).
     restore: list[str] = msgspec.field(default_factory=list)
+    # Replace only values that came in untrusted content (not ones the user gave).
+    only_untrusted: bool = False
 
 
 class Rule(_Strict, frozen=True):
@@ -122,6 +137,21 @@ class Egress(_Strict, frozen=True):
     deny_domains: list[str] = msgspec.field(default_factory=list)
 
 
+Consequence = Literal["sends", "pays", "deletes", "writes", "posts"]
+
+
+class ToolDeclaration(_Strict, frozen=True):
+    """What the policy says of tools whose name matches `name` (`*` allowed): what a call
+    does to the world, which arguments name its recipient or target, whether its output is
+    the user's own trusted data. A tool's own declaration (agent API) is used where it gives
+    one; the first matching declaration here fills in the rest."""
+
+    name: str
+    consequence: Consequence | None = None
+    targets: list[str] = msgspec.field(default_factory=list)
+    trusted_output: bool = False
+
+
 class Limits(_Strict, frozen=True):
     """How much one step may make the guardian read.
 
@@ -136,6 +166,13 @@ class Limits(_Strict, frozen=True):
 
 class Policy(_Strict, frozen=True):
     version: Literal[1] = 1
+    # A policy file extends the shipped default (its rules come first, its `[[tools]]` and
+    # egress tools are added to), unless it says `extends = "none"`.
+    extends: Literal["default", "none"] = "default"
+    # Ids of rules of the extended policy to leave out (a rule with the same id as one of
+    # them replaces it instead).
+    disable: list[str] = msgspec.field(default_factory=list)
+    tools: list[ToolDeclaration] = msgspec.field(default_factory=list)
     mode: Literal["enforce", "shadow"] = "enforce"
     default: Literal["allow", "deny"] = "allow"
     egress: Egress = msgspec.field(default_factory=Egress)
@@ -236,12 +273,38 @@ def _name_rule(raw: dict[str, Any], message: str) -> str:
 
 
 def load_policy(path: str | Path) -> Policy:
+    """A policy file, on top of the shipped default unless it says `extends = "none"`."""
     file = Path(path)
     try:
         data = file.read_bytes()
     except OSError as error:
         raise PolicyError(f"{file}: cannot be read: {error.strerror}") from error
-    return parse_policy(data, str(file))
+    policy = parse_policy(data, str(file))
+    if policy.extends == "none":
+        return policy
+    return extend(default_policy(), policy, str(file))
+
+
+def extend(base: Policy, policy: Policy, source: str = "policy") -> Policy:
+    """`policy` on top of `base`: base's rules first (less those `policy` disables or
+    replaces by id), then policy's; tool declarations and egress tools added to (policy's
+    first, so they win); policy's mode, default, limits and domain lists."""
+    unknown = sorted(set(policy.disable) - {rule.id for rule in base.rules})
+    if unknown:
+        raise PolicyError(f"{source}: disable: no rule of the default policy has id {unknown[0]!r}")
+    replaced = {rule.id for rule in policy.rules} | set(policy.disable)
+    egress = msgspec.structs.replace(
+        policy.egress, tools=[*policy.egress.tools, *base.egress.tools]
+    )
+    merged = msgspec.structs.replace(
+        policy,
+        extends="none",
+        egress=egress,
+        tools=[*policy.tools, *base.tools],
+        rules=[*(r for r in base.rules if r.id not in replaced), *policy.rules],
+        hash=hashlib.sha256(f"{base.hash}+{policy.hash}".encode()).hexdigest(),
+    )
+    return validate(merged)
 
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("default_policy.toml")
@@ -249,4 +312,4 @@ DEFAULT_POLICY_PATH = Path(__file__).with_name("default_policy.toml")
 
 def default_policy() -> Policy:
     """The policy that ships: protects a new user without configuration."""
-    return load_policy(DEFAULT_POLICY_PATH)
+    return parse_policy(DEFAULT_POLICY_PATH.read_bytes(), str(DEFAULT_POLICY_PATH))

@@ -39,6 +39,7 @@ from aap_server.guardian.memory import (
     SessionFacts,
     carries_line,
     decoded_forms,
+    fingerprint,
     line_prints,
 )
 from aap_server.guardian.policy import (
@@ -49,6 +50,7 @@ from aap_server.guardian.policy import (
     Policy,
     Rule,
 )
+from aap_server.guardian.provenance import Call, ToolFacts, call_of, tool_facts
 from aap_server.guardian.screen import screen_for
 
 logger = logging.getLogger("aap_server.guardian")
@@ -114,6 +116,8 @@ class _Step:
         self._arguments_ready = False
         # Fingerprints of the lines of untrusted content (the newest ones that can be kept).
         self.line_prints: list[int] = []
+        self._tool_facts: ToolFacts | None = None
+        self._call: Call | None = None
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)`, once per text: redaction rescans the texts the rules matched on."""
@@ -159,6 +163,22 @@ class _Step:
     def stopped(self) -> bool:
         return self.cancelled
 
+    def tool_facts(self) -> ToolFacts | None:
+        """What the tool of a tool call declares (itself, or the policy's `[[tools]]`)."""
+        if self.view.tool is None:
+            return None
+        if self._tool_facts is None:
+            self._tool_facts = tool_facts(
+                self.request, self.view.tool, self.policy.tools, self.is_egress()
+            )
+        return self._tool_facts
+
+    def call(self) -> Call:
+        """The tool call's targets and values, for the provenance conditions."""
+        if self._call is None:
+            self._call = call_of(self.view.arguments, self.tool_facts() or ToolFacts())
+        return self._call
+
     def is_egress(self) -> bool:
         return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
 
@@ -174,6 +194,10 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
     if match.role is not None and view.role not in match.role:
         return False
     if match.egress is not None and step.is_egress() != match.egress:
+        return False
+    if match.consequential is not None and match.consequential != (
+        (step.tool_facts() or ToolFacts()).consequence is not None
+    ):
         return False
     if match.arguments is not None and not all(
         _argument_holds(condition, view.arguments) for condition in match.arguments
@@ -191,6 +215,25 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
                 return False
         if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
             return False
+        calling = view.method == "steps/toolCallRequest"
+        if session.target_not_in_trusted_input is not None and (
+            session.target_not_in_trusted_input
+            != (calling and facts.provenance.target_unknown(step.call()))
+        ):
+            return False
+        if session.untrusted_values_in_content is not None and (
+            session.untrusted_values_in_content
+            != any(
+                _names_match(match.detectors, f.detector) and _from_untrusted(f, facts)
+                for f in step.findings
+            )
+        ):
+            return False
+        if session.values_only_from_untrusted is not None and (
+            session.values_only_from_untrusted
+            != (calling and facts.provenance.only_untrusted(step.call()))
+        ):
+            return False
         if (
             session.private_data_in_arguments is not None
             or session.untrusted_data_in_arguments is not None
@@ -198,7 +241,15 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             step.prepare_arguments()
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
             view.method == "steps/toolCallRequest"
-            and facts.carries_private(step.argument_findings, step.argument_forms)
+            and facts.carries_private(
+                # An account the user typed (pay *this* IBAN) leaving is no leak.
+                [
+                    f
+                    for f in step.argument_findings
+                    if f.detector != "pii.iban" or not facts.provenance.given_by_user(f.value)
+                ],
+                step.argument_forms,
+            )
         ):
             return False
         if session.untrusted_data_in_arguments is not None and (
@@ -285,6 +336,8 @@ class PolicyGuardian(Guardian):
             facts.calls_in_turn = 0
             facts.changed = True
         if verdict is None:
+            if view.method == "steps/toolCallRequest" and facts.originals:
+                step.findings = step.findings + _placeholder_findings(view.texts, facts)
             matching = [r for r in policy.rules if r.enabled and _matches(r.match, step, facts)]
             verdict = self._decide(step, facts, matching)
         self._learn(step, facts, verdict)
@@ -352,6 +405,7 @@ class PolicyGuardian(Guardian):
         view = step.view
         if verdict.decision == "deny":
             return
+        facts.changed |= facts.provenance.learn(step.request, view.texts, step.tool_facts())
         if view.method == "steps/toolCallRequest" and view.tool is not None:
             facts.changed = True
             facts.calls_in_turn += 1
@@ -362,7 +416,12 @@ class PolicyGuardian(Guardian):
             facts.untrusted_seen = True
             for value in step.line_prints:
                 facts.untrusted_lines.add(value)
-        if view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval":
+        trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
+            view.execution_id
+        )
+        if (
+            view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval"
+        ) and not trusted_output:
             # Private data the agent took in (not what the user typed: sending the user's own
             # address where the user asked is no leak).
             for finding in step.findings:
@@ -432,6 +491,8 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
 
     def redact(text: str) -> str:
         hits = [f for f in step.scan(text) if _names_match(modify.redact, f.detector)]
+        if modify.only_untrusted:
+            hits = [f for f in hits if _from_untrusted(f, facts)]
         for finding in sorted(hits, key=lambda f: f.start, reverse=True):
             if modify.style == "placeholder":
                 new = facts.placeholder(finding)
@@ -443,6 +504,31 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
         return text
 
     return redact
+
+
+def _from_untrusted(finding: Finding, facts: SessionFacts) -> bool:
+    """Whether a detector hit's value came in untrusted content and not from the user."""
+    value = finding.value
+    return fingerprint(value.lower().encode()) in facts.private_values and not (
+        facts.provenance.given_by_user(value)
+    )
+
+
+def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding]:
+    """A credential's placeholder in a tool call stands for the credential: rules on
+    `secret.*` see it as one (a policy lets a tool receive the real value with `restore`)."""
+    found: list[Finding] = []
+    for text in texts:
+        if "<" not in text:
+            continue
+        for placeholder, (detector, value) in facts.originals.items():
+            at = text.find(placeholder) if detector.startswith("secret.") else -1
+            if at >= 0:
+                end = at + len(placeholder)
+                found.append(
+                    Finding(detector=detector, category="secret", start=at, end=end, value=value)
+                )
+    return found
 
 
 def _restorer(patterns: list[str], facts: SessionFacts) -> Callable[[str], str]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from aap_server.protocol.base import Empty, Wire
+
+# What a tool's call does to the world; a tool with none only reads.
+Consequence = Literal["sends", "pays", "deletes", "writes", "posts"]
 
 
 class ToolSpec(Wire, frozen=True):
@@ -14,6 +17,11 @@ class ToolSpec(Wire, frozen=True):
     description: str
     parameters: dict[str, Any]
     title: str | None = None
+    # What a call does to the world (`sends`, `pays`, `deletes`, `writes`, `posts`; unset: it
+    # only reads), and which arguments name its recipient or target. The guardian asks a
+    # human before a consequential call whose target the user never mentioned.
+    consequence: Consequence | None = None
+    targets: list[str] | None = None
 
 
 class ServerToolRef(Wire, frozen=True):

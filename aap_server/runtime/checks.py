@@ -41,6 +41,11 @@ def needs_human(tool: ServerTool | None, verdict_data: dict[str, Any] | None) ->
     return asks_for_human(verdict_data)
 
 
+def _trusted_output(hosted: HostedAgent, name: str) -> bool:
+    tool = hosted.tools_by_name.get(name)
+    return tool is not None and tool.trusted_output
+
+
 def step_factory(
     hosted: HostedAgent,
     model_tools: list[ToolSpec],
@@ -51,7 +56,9 @@ def step_factory(
     principal: Principal,
 ) -> StepFactory:
     definitions = [
-        tool_definition(spec, "client" if spec.name in client_tool_names else "server")
+        tool_definition(spec, "client", False)
+        if spec.name in client_tool_names
+        else tool_definition(spec, "server", _trusted_output(hosted, spec.name))
         for spec in model_tools
     ]
     return StepFactory(

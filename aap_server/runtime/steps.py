@@ -30,8 +30,10 @@ from aap_server.runtime.principal import Principal
 _THINKING = {"aap": "thinking"}
 
 
-def tool_definition(spec: ToolSpec, kind: str) -> aos.ToolDefinition:
-    """An AOS tool definition from a JSON-Schema tool spec (top-level properties only)."""
+def tool_definition(spec: ToolSpec, kind: str, trusted_output: bool = False) -> aos.ToolDefinition:
+    """An AOS tool definition from a JSON-Schema tool spec (top-level properties only). Its
+    metadata carries what the guardian's provenance checks read: the tool's `consequence`,
+    its `targets` and whether its output is the user's own trusted data."""
     properties = spec.parameters.get("properties")
     required = spec.parameters.get("required")
     required_names = set(required) if isinstance(required, list) else set()
@@ -57,8 +59,19 @@ def tool_definition(spec: ToolSpec, kind: str) -> aos.ToolDefinition:
         description=spec.description,
         arguments=arguments or None,
         outputs=None,
-        metadata={"side": kind},
+        metadata=_tool_metadata(spec, kind, trusted_output),
     )
+
+
+def _tool_metadata(spec: ToolSpec, kind: str, trusted_output: bool) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"side": kind}
+    if spec.consequence is not None:
+        metadata["consequence"] = spec.consequence
+    if spec.targets:
+        metadata["targets"] = list(spec.targets)
+    if trusted_output:
+        metadata["trustedOutput"] = True
+    return metadata
 
 
 def aos_agent(agent: Agent, tools: list[aos.ToolDefinition]) -> aos.Agent:

@@ -1,0 +1,323 @@
+"""Where the values in a tool call came from: harm stopped even when the model is fooled.
+
+No detector catches every injection, so the guardian also controls what untrusted content may
+*cause* (the idea of CaMeL and information-flow control): per session it remembers, as 64-bit
+fingerprints, the values that came in through each kind of input:
+
+- **trusted**: the user's messages, the agent's instructions, and the output of tools whose
+  output is the user's own data (`ServerTool.trusted_output`, or `trusted_output` in the
+  policy's `[[tools]]`);
+- **untrusted**: every other tool result, knowledge, and inbound MCP/A2A messages.
+
+A consequential tool call (it sends, pays, deletes, writes or posts) is then judged by where
+its values came from (`judge`): whether a recipient or target never appeared in trusted input,
+and whether a value (an amount, an account, an id; not prose) appeared only in untrusted
+content. A fooled model that obeys "send 5000 to DE89…" read in an e-mail produces exactly such
+a call; the user's own "pay Bob's rent to DE12…" does not.
+
+Targets are the arguments the tool (or the policy) names in `targets`; without a declaration,
+the e-mail addresses and URL hosts in any argument, and for a consequential tool also its short
+one-word arguments (a path, an account, a user name). A target matches trusted input when all
+of its words did (an e-mail address as a whole, a URL by its host).
+
+Bounded like the rest of the session memory: at most `MAX_TRUSTED_PRINTS` and
+`MAX_UNTRUSTED_PRINTS` fingerprints (oldest forgotten first) and `MAX_CALLS` tool-call ids; work
+per step is one pass over its text.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from aap_server import aos
+
+MAX_TRUSTED_PRINTS = 2048
+MAX_UNTRUSTED_PRINTS = 2048
+# How many tool-call ids (to which tool a result belongs) are remembered.
+MAX_CALLS = 256
+# Shorter values are too common ("1", "ok", "to") to say where they came from.
+MIN_VALUE_CHARS = 3
+# An argument this long, or with a space in it, is prose (a body, a summary), not a value.
+MAX_VALUE_CHARS = 64
+
+_WORD = re.compile(r"[^\s\"'<>()\[\]{},;!?`|*]+")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s:?#@]+@)?([^/\s:?#]+)")
+_EDGE = ".:#@/-_=+"
+
+
+def _print(word: str) -> int:
+    data = word.encode("utf-8", "surrogatepass")
+    return (zlib.crc32(data) << 32) | zlib.adler32(data)
+
+
+_DECIMAL = re.compile(r"\d+\.\d+")
+
+
+def _normal(word: str) -> str:
+    """A word as compared: lower case, edge punctuation off, decimals without trailing
+    zeros (`45.50` is `45.5`, as a tool's number argument prints)."""
+    word = word.lower().strip(_EDGE)
+    if ":" in word and word.startswith("mailto:"):
+        return word[7:]
+    if "." in word and _DECIMAL.fullmatch(word):
+        return word.rstrip("0").rstrip(".")
+    return word
+
+
+class Prints:
+    """A bounded set of fingerprints, oldest forgotten first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: OrderedDict[int, None] = OrderedDict()
+
+    def __contains__(self, value: int) -> bool:
+        return value in self.items
+
+    def add_all(self, values: Iterable[int]) -> bool:
+        """Remember the values; whether any was new."""
+        items, new = self.items, False
+        for value in values:
+            if value in items:
+                items.move_to_end(value)
+                continue
+            items[value] = None
+            new = True
+        while len(items) > self.limit:
+            items.popitem(last=False)
+        return new
+
+
+_DELIMITERS = "\"'<>()[]{},;!?`|*"
+_STRIP = _DELIMITERS + _EDGE
+_INNER_DELIMITER = re.compile(r"[\"'<>()\[\]{},;!?`|*]+")
+_HAS_VALUE_CHAR = re.compile(r"[\d@/]|.\..")
+
+
+def words_of(text: str, values_only: bool) -> list[int]:
+    """Fingerprints of a text's distinct words (`values_only`: only value-like ones, with a
+    digit, `@`, `/` or an inner dot), and of the hosts of its URLs. Splitting runs at C
+    speed; Python touches each distinct word once."""
+    lowered = text.lower()
+    words: Iterable[str] = set(lowered.split())
+    if values_only:
+        words = filter(_HAS_VALUE_CHAR.search, words)
+    distinct: set[str] = set()
+    for word in words:
+        word = word.strip(_STRIP)
+        if _INNER_DELIMITER.search(word):  # `"a","b"`: compact JSON and the like
+            distinct.update(part.strip(_STRIP) for part in _INNER_DELIMITER.split(word))
+        else:
+            distinct.add(word)
+    prints = [_print(_normal(word)) for word in distinct if len(word) >= MIN_VALUE_CHARS]
+    if "://" in text:
+        prints += [_print(host) for _, host in _URL_HOST.findall(lowered)]
+    return prints
+
+
+class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """`Provenance` as stored with the session."""
+
+    trusted: list[int] = []
+    untrusted: list[int] = []
+    calls: dict[str, bool] = {}  # tool-call id -> whether its tool's output is trusted
+    instructions: int = 0
+
+
+class Provenance:
+    """What one session took in, by origin (fingerprints only)."""
+
+    def __init__(self) -> None:
+        self.trusted = Prints(MAX_TRUSTED_PRINTS)
+        self.untrusted = Prints(MAX_UNTRUSTED_PRINTS)
+        self.calls: OrderedDict[str, bool] = OrderedDict()
+        # Fingerprint of the agent instructions already taken in (they repeat in every step).
+        self.instructions = 0
+
+    def size(self) -> int:
+        return 8 * (len(self.trusted.items) + len(self.untrusted.items)) + 48 * len(self.calls)
+
+    def export(self) -> ProvenanceMemory:
+        return ProvenanceMemory(
+            trusted=list(self.trusted.items),
+            untrusted=list(self.untrusted.items),
+            calls=dict(self.calls),
+            instructions=self.instructions,
+        )
+
+    @classmethod
+    def from_export(cls, stored: ProvenanceMemory) -> Provenance:
+        provenance = cls()
+        provenance.trusted.add_all(stored.trusted)
+        provenance.untrusted.add_all(stored.untrusted)
+        for call_id, trusted in list(stored.calls.items())[-MAX_CALLS:]:
+            provenance.calls[call_id] = trusted
+        provenance.instructions = stored.instructions
+        return provenance
+
+    def learn(self, request: aos.AosRequest, texts: list[str], tool: ToolFacts | None) -> bool:
+        """Take in a step the guardian let through; whether anything changed."""
+        params: Any = request.params
+        changed = self._learn_instructions(getattr(params, "context", None))
+        method = request.method
+        if isinstance(params, aos.MessageParams):
+            if params.message.role == "user":
+                for text in texts:
+                    changed |= self.trusted.add_all(words_of(text, values_only=False))
+        elif isinstance(params, aos.ToolCallRequestParams):
+            call_id = params.tool_call_request.execution_id
+            self.calls[call_id] = tool is not None and tool.trusted_output
+            self.calls.move_to_end(call_id)
+            while len(self.calls) > MAX_CALLS:
+                self.calls.popitem(last=False)
+            changed = True
+        elif isinstance(params, aos.ToolCallResultParams):
+            trusted = self.calls.get(params.effective_execution_id or "", False)
+            target = self.trusted if trusted else self.untrusted
+            for text in texts:
+                changed |= target.add_all(words_of(text, values_only=not trusted))
+        elif method in ("steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"):
+            for text in texts:
+                changed |= self.untrusted.add_all(words_of(text, values_only=True))
+        return changed
+
+    def _learn_instructions(self, context: aos.StepContext | None) -> bool:
+        if context is None or not context.agent.instructions:
+            return False
+        instructions = context.agent.instructions
+        seen = _print(instructions)
+        if seen == self.instructions:
+            return False
+        self.instructions = seen
+        self.trusted.add_all(words_of(instructions, values_only=False))
+        return True
+
+    def trusted_result(self, call_id: str | None) -> bool:
+        """Whether a tool result answers a call of a tool whose output is trusted."""
+        return self.calls.get(call_id or "", False)
+
+    def given_by_user(self, value: str) -> bool:
+        """Whether a value (a detector hit) came in trusted input: the user's own recipient
+        or account leaving is no leak."""
+        return _print(_normal(value)) in self.trusted
+
+    def target_unknown(self, call: Call) -> bool:
+        """Whether a recipient or target of the call never appeared in trusted input."""
+        return any(not all(word in self.trusted for word in target) for target in call.targets)
+
+    def only_untrusted(self, call: Call) -> bool:
+        """Whether a value of the call appeared in untrusted content and never in trusted."""
+        return any(value in self.untrusted and value not in self.trusted for value in call.values)
+
+
+class ToolFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What is declared about a tool (by itself in the step's agent, or by the policy)."""
+
+    consequence: str | None = None
+    targets: tuple[str, ...] = ()
+    trusted_output: bool = False
+
+
+def tool_facts(
+    request: aos.AosRequest,
+    name: str,
+    declarations: Iterable[Any],
+    egress: bool,
+) -> ToolFacts:
+    """The tool's own declaration (the AOS tool definition's metadata, from `ServerTool` or
+    a client's `ToolSpec`), completed by the first matching policy declaration; an egress
+    tool sends."""
+    consequence: str | None = None
+    targets: tuple[str, ...] = ()
+    trusted_output = False
+    context: aos.StepContext | None = getattr(request.params, "context", None)
+    if context is not None:
+        for definition in context.agent.tools or []:
+            if definition.name == name and definition.metadata:
+                metadata = definition.metadata
+                kind = metadata.get("consequence")
+                consequence = kind if isinstance(kind, str) else None
+                named = metadata.get("targets")
+                if isinstance(named, list):
+                    targets = tuple(str(n) for n in named)
+                trusted_output = metadata.get("trustedOutput") is True
+                break
+    for declaration in declarations:
+        if fnmatch.fnmatchcase(name, declaration.name):
+            consequence = consequence or declaration.consequence
+            targets = targets or tuple(declaration.targets)
+            trusted_output = trusted_output or declaration.trusted_output
+            break
+    if consequence is None and egress:
+        consequence = "sends"
+    return ToolFacts(consequence=consequence, targets=targets, trusted_output=trusted_output)
+
+
+class Call(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call's targets (each: the fingerprints of its words) and its values."""
+
+    targets: list[list[int]]
+    values: list[int]
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+_SPACE = re.compile(r"\s")
+
+
+def _is_value(text: str) -> bool:
+    return MIN_VALUE_CHARS <= len(text) <= MAX_VALUE_CHARS and _SPACE.search(text) is None
+
+
+def _target_words(text: str) -> list[list[int]]:
+    """A target's fingerprints: an e-mail address whole, a URL by its host, else its words."""
+    emails = _EMAIL.findall(text)
+    hosts = [host for _, host in _URL_HOST.findall(text)]
+    if emails or hosts:
+        return [[_print(_normal(e))] for e in emails] + [[_print(h.lower())] for h in hosts]
+    words = [_normal(w) for w in _WORD.findall(text)]
+    return [[_print(w) for w in words if w]] if any(words) else []
+
+
+def call_of(arguments: dict[str, Any], tool: ToolFacts) -> Call:
+    """What provenance checks of a tool call: its targets and its one-word values."""
+    targets: list[list[int]] = []
+    values: list[int] = []
+    consequential = tool.consequence is not None
+    for name, argument in arguments.items():
+        declared = name in tool.targets
+        for leaf in _leaves(argument):
+            text = leaf if isinstance(leaf, str) else None
+            if text is None:
+                if consequential and isinstance(leaf, int | float) and not isinstance(leaf, bool):
+                    number = _normal(repr(leaf))
+                    if len(number) >= MIN_VALUE_CHARS:
+                        values.append(_print(number))
+                continue
+            value = consequential and _is_value(text)
+            if declared or (value and not tool.targets):
+                targets += _target_words(text)
+            elif "@" in text or "://" in text:
+                # An address or a link anywhere (a body, a post) is a recipient or host too.
+                targets += [[_print(_normal(e))] for e in _EMAIL.findall(text)]
+                targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
+            if value:
+                values += words_of(text, values_only=True)
+    return Call(targets=[t for t in targets if t], values=values)
