@@ -147,6 +147,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Serve the agents installed packages register under the `aap_server.agents` entry point
     # group (the bundled demo agent is one).
     entry_point_agents: bool = True
+    # Hosted agents other A2A agents may call (README § A2A): each at `/a2a/<name>`, its card
+    # at `/a2a/<name>/.well-known/agent-card.json`, authenticated like the rest of the API.
+    a2a_agents: list[str] = msgspec.field(default_factory=list)
     # The built-in browser console at /console; "auto": only when `host` is a loopback address.
     console: bool | Literal["auto"] = "auto"
 
@@ -312,7 +315,7 @@ def load_settings(
                 value = [origin.strip() for origin in value.split(",") if origin.strip()]
             elif name == "agents":
                 value = convert_agents(parse_json_array(value, variable), variable, environ)
-            elif name == "agent_modules":
+            elif name in ("agent_modules", "a2a_agents"):
                 value = [ref.strip() for ref in value.split(",") if ref.strip()]
             raw[name] = value
             source[name] = variable

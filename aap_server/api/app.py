@@ -16,6 +16,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from aap_server.agent import Agent
+from aap_server.api.a2a import get_a2a_agent_card, post_a2a
 from aap_server.api.aos_endpoint import get_aos_audit, post_aos
 from aap_server.api.auth import Authenticator
 from aap_server.api.banner import log_banner
@@ -31,8 +32,9 @@ from aap_server.api.metrics import metrics_routes
 from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
-from aap_server.config import Settings
+from aap_server.config import ConfigError, Settings
 from aap_server.guardian import Guardian
+from aap_server.guardian.aom import AomGuardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.policy import Policy, default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
@@ -122,6 +124,9 @@ def create_app(
             use_entry_points=settings.entry_point_agents,
         )
     hosted_agents = list(agents)
+    unknown = sorted(set(settings.a2a_agents) - {agent.name for agent in hosted_agents})
+    if unknown:
+        raise ConfigError(f"a2a_agents: no hosted agent is named {', '.join(unknown)}")
     store = store or store_for_db(
         settings.db,
         StoreLimits(max_sessions=settings.max_sessions, max_stored_bytes=settings.max_stored_bytes),
@@ -157,6 +162,8 @@ def create_app(
         tracer_provider = own_provider = provider_from_environment(app_version)
     tracer = tracer_of(tracer_provider, app_version) if tracer_provider is not None else None
     telemetry = Telemetry(app_version, tracer)
+    # AOM surfaces' automation_policy, on top of whichever guardian decides the rest.
+    guardian = AomGuardian(guardian)
     service = AapService(
         registry=AgentRegistry(hosted_agents),
         store=store,
@@ -223,6 +230,8 @@ def create_app(
             post_aos,
             get_aos_audit,
             MemoriesController,
+            get_a2a_agent_card,
+            post_a2a,
             *console_routes(settings),
             *metrics_routes(settings),
         ],

@@ -48,6 +48,7 @@ from aap_server.runtime.registry import (
 )
 from aap_server.runtime.seed import guard_client_config, guard_new_session
 from aap_server.runtime.tool_runs import close_interrupted
+from aap_server.runtime.triggered import Trigger, admit_trigger
 from aap_server.runtime.turn import TurnRun
 from aap_server.runtime.turn_lease import TurnLeases
 from aap_server.runtime.validation import (
@@ -311,10 +312,15 @@ class AapService:
     # --- turns ------------------------------------------------------------------------------
 
     async def start_turn(
-        self, principal: Principal, session_id: str, request: PostSessionTurnRequest
+        self,
+        principal: Principal,
+        session_id: str,
+        request: PostSessionTurnRequest,
+        trigger: Trigger | None = None,
     ) -> Turn:
         """Validate, take the session's turn lock, guard and store the input, and return the
-        turn with `turn_start` queued. Every error here is raised before anything streams."""
+        turn with `turn_start` queued. Every error here is raised before anything streams.
+        A turn no user started has a `trigger`, guarded first (`runtime/triggered`)."""
         if not self._accepting:
             raise UnavailableError("the server is shutting down; retry shortly")
         options = request.agent.options if request.agent is not None else None
@@ -358,6 +364,8 @@ class AapService:
                 return turn
             validate_turn_messages(hosted, messages, pending, self.clock())
             run = self._prepare(hosted, snapshot, request, messages, principal, turn)
+            if trigger is not None:
+                await admit_trigger(run, trigger)
             if request.agent is not None or request.tools is not None:
                 overrides = request.agent.options if request.agent is not None else None
                 try:

@@ -310,3 +310,8 @@ class StepFactory:
     def a2a(self, message: dict[str, Any], direction: str) -> aos.A2aMessage:
         params = aos.A2aParams(message=message, reasoning=f"A2A message {direction}")
         return aos.A2aMessage(id=new_id("step_"), params=params)
+
+    def agent_trigger(self, trigger: aos.AgentTrigger) -> aos.AgentTriggerStep:
+        context = self._context()
+        params = aos.AgentTriggerParams(context=context, trigger=trigger)
+        return aos.AgentTriggerStep(id=context.step_id, params=params)

@@ -11,6 +11,7 @@ import zoneinfo
 from typing import Any
 
 from aap_server.agent import ServerTool, ToolContext, ToolError
+from aap_server.toolkits.aom import AOM_INVOKE, AOM_READ_SURFACE
 
 __all__ = ["BUILTIN_TOOLS", "CURRENT_TIME"]
 
@@ -50,4 +51,7 @@ CURRENT_TIME = ServerTool(
     run=_current_time,
 )
 
-BUILTIN_TOOLS: dict[str, ServerTool] = {tool.name: tool for tool in (CURRENT_TIME,)}
+# AOM surfaces: see toolkits/aom (the guardian enforces the surfaces' automation_policy).
+BUILTIN_TOOLS: dict[str, ServerTool] = {
+    tool.name: tool for tool in (CURRENT_TIME, AOM_READ_SURFACE, AOM_INVOKE)
+}

@@ -58,6 +58,7 @@ from aap_server.agent import (
     UserMessage,
     text_of,
 )
+from aap_server.toolkits.a2a_peers import A2aPeer, A2aPeerSpec
 from aap_server.toolkits.builtin_tools import BUILTIN_TOOLS
 from aap_server.toolkits.knowledge import KnowledgeBase, search_knowledge_tool
 from aap_server.toolkits.mcp_tools import McpServerSpec, McpToolset
@@ -160,6 +161,8 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_response_bytes: int = 16 * 1024 * 1024
     # MCP servers whose tools the agent serves as `<server>__<tool>` (README § MCP tools).
     mcp_servers: list[McpServerSpec] = msgspec.field(default_factory=list)
+    # Remote A2A agents the model may delegate to, as `a2a__<peer>` tools (README § A2A).
+    a2a_peers: list[A2aPeerSpec] = msgspec.field(default_factory=list)
     # Folders of documents the model searches with the built-in `search_knowledge` tool;
     # documents whose path (relative to its folder) matches a `knowledge_confidential` glob
     # are confidential.
@@ -226,6 +229,9 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         names = [server.name for server in self.mcp_servers]
         if len(set(names)) != len(names):
             raise ValueError("mcp_servers: two servers have one name")
+        peers = [peer.name for peer in self.a2a_peers]
+        if len(set(peers)) != len(peers):
+            raise ValueError("a2a_peers: two peers have one name")
         if self.knowledge_rescan_seconds < 0:
             raise ValueError("knowledge_rescan_seconds: must not be negative")
         if self.memory_max_items < 1 or self.memory_recall_limit < 1:
@@ -233,12 +239,14 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     def with_key_from(self, environ: Mapping[str, str]) -> LlmAgentSpec:
         """The spec with `api_key` read from `api_key_env` (a ValueError if it is not set)."""
+        peers = [peer.with_token_from(environ) for peer in self.a2a_peers]
+        spec = msgspec.structs.replace(self, a2a_peers=peers) if peers else self
         if not self.api_key_env:
-            return self
+            return spec
         key = environ.get(self.api_key_env, "")
         if not key:
             raise ValueError(f"api_key_env: environment variable {self.api_key_env} is not set")
-        return msgspec.structs.replace(self, api_key=key, api_key_env="")
+        return msgspec.structs.replace(spec, api_key=key, api_key_env="")
 
     @property
     def limits(self) -> TransportLimits:
@@ -605,6 +613,7 @@ def llm_agent(
     # Each part is built (folders read, MCP servers listed) here, at start: a problem is a
     # start-up error naming the field.
     toolsets = [McpToolset(server) for server in spec.mcp_servers]
+    peers = [A2aPeer(peer) for peer in spec.a2a_peers]
     knowledge = (
         KnowledgeBase(
             spec.knowledge,
@@ -631,6 +640,7 @@ def llm_agent(
     all_tools = [
         *(BUILTIN_TOOLS[name] for name in spec.tools),
         *(tool for toolset in toolsets for tool in toolset.tools),
+        *(peer.tool for peer in peers),
         *([search_knowledge_tool()] if knowledge else []),
         *([remember_tool()] if memory else []),
         *tools,
@@ -663,6 +673,7 @@ def llm_agent(
         memory=memory,
         close_hooks=[
             *(toolset.aclose for toolset in toolsets),
+            *(peer.aclose for peer in peers),
             *([memory.aclose] if memory else []),
         ],
     )

@@ -74,7 +74,10 @@ def calls_received(tmp_path: Path) -> list[dict[str, Any]]:
 
 @asynccontextmanager
 async def running(
-    tmp_path: Path, tables: str, guardian: RecordingGuardian
+    tmp_path: Path,
+    tables: str,
+    guardian: RecordingGuardian,
+    environ: dict[str, str] | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     config = tmp_path / "aap.toml"
     config.write_text(
@@ -83,7 +86,9 @@ async def running(
         "entry_point_agents = false\n" + tables,
         encoding="utf-8",
     )
-    settings = load_settings(config, environ={}, overrides={"db": str(tmp_path / "aap.db")})
+    settings = load_settings(
+        config, environ=environ or {}, overrides={"db": str(tmp_path / "aap.db")}
+    )
     async with (
         serve(create_app(settings, guardian=guardian)) as base_url,
         httpx.AsyncClient(

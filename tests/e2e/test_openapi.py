@@ -80,13 +80,15 @@ def test_paths_are_exactly_the_aap_endpoints(served: dict[str, Any]) -> None:
     # The AAP endpoints, the AOS guardian endpoint (tests/e2e/test_aos_endpoint.py) and the
     # health check (tests/e2e/test_remote_guardian.py), the caller's AOS audit trail
     # (tests/e2e/test_audit_trail.py) and the memories extension
-    # (tests/e2e/test_mcp_knowledge_memory.py).
+    # (tests/e2e/test_mcp_knowledge_memory.py), and agents served over A2A (tests/e2e/test_a2a.py).
     assert documented == {(method, path) for method, path, *_ in ENDPOINTS} | {
         ("post", "/aos"),
         ("get", "/aos/audit"),
         ("get", "/health"),
         ("get", "/memories"),
         ("delete", "/memories/{memory_id}"),
+        ("get", "/a2a/{agent}/.well-known/agent-card.json"),
+        ("post", "/a2a/{agent}"),
     }
 
 

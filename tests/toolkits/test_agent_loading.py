@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aap_server.api import create_app
 from aap_server.cli import main
 from aap_server.config import ConfigError, load_settings
 from aap_server.runtime.loading import AgentLoadError, load_agents
@@ -156,7 +157,8 @@ model = "qwen3"
         ),
         (
             'tools = ["shell"]',
-            "agents[0] ('helper'): tools: unknown built-in tool 'shell' (known: current_time)",
+            "agents[0] ('helper'): tools: unknown built-in tool 'shell' "
+            "(known: current_time, aom_read_surface, aom_invoke)",
         ),
         (
             'options = ["colour"]',
@@ -173,6 +175,19 @@ model = "qwen3"
         (
             'api_key = "a"\napi_key_env = "B"',
             "agents[0] ('helper'): api_key: set api_key or api_key_env, not both",
+        ),
+        (
+            'a2a_peers = [{ name = "p", url = "ftp://x/a2a" }]',
+            "agents[0] ('helper'): a2a_peers[0]: url: expected an http(s) URL",
+        ),
+        (
+            'a2a_peers = [{ name = "p", url = "http://x/a" }, { name = "p", url = "http://y/a" }]',
+            "agents[0] ('helper'): a2a_peers: two peers have one name",
+        ),
+        (
+            'a2a_peers = [{ name = "p", url = "http://x/a", token_env = "AAP_TEST_UNSET" }]',
+            "agents[0] ('helper'): a2a_peers (p): token_env: environment variable "
+            "AAP_TEST_UNSET is not set",
         ),
     ],
 )
@@ -228,3 +243,14 @@ def test_agents_and_modules_come_from_the_environment_too() -> None:
         load_settings(
             environ={"AAP_AGENTS": '[{"name": "x", "base_url": "http://h/v1", "model": ""}]'}
         )
+
+
+def test_a2a_agents_must_be_hosted_agents(tmp_path: Path) -> None:
+    config = tmp_path / "aap.toml"
+    config.write_text(AGENT_TABLE, encoding="utf-8")
+    settings = load_settings(
+        config, environ={"AAP_A2A_AGENTS": "helper, nobody", "AAP_ENTRY_POINT_AGENTS": "false"}
+    )
+    assert settings.a2a_agents == ["helper", "nobody"]
+    with pytest.raises(ConfigError, match=r"^a2a_agents: no hosted agent is named nobody$"):
+        create_app(settings)
