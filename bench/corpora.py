@@ -91,6 +91,8 @@ def start_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
         "AAP_PORT": str(port),
         "AAP_DB": str(Path(workdir) / "corpora.db"),
         "AAP_LOG_LEVEL": "warning",
+        # The corpora are scored, not throttled: the per-principal rate limit is off.
+        "AAP_RATE_LIMIT_PER_SECOND": "0",
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "aap_server.cli", "serve"],

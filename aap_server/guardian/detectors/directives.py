@@ -27,6 +27,7 @@ Each pattern is anchored on a literal word and bounded in length, so a scan is l
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.base import Finding
@@ -221,6 +222,26 @@ for _words, _pattern in _TRIGGERED:
     _compiled = re.compile(_pattern)
     for _word in _words.split():
         _TRIGGERS.setdefault(_word.replace("_", " "), []).append(_compiled)
+# In ASCII text a trigger word can only occur at a word's start if its leading letters begin
+# one of the text's words, so only those triggers are searched for: one `translate` and
+# `split` (C speed) list the words, instead of a `find` pass over the text per trigger.
+_ASCII_NON_LETTERS = bytes(c for c in range(128) if not chr(c).isalpha())
+_NON_LETTERS_TO_SPACE = bytes.maketrans(_ASCII_NON_LETTERS, b" " * len(_ASCII_NON_LETTERS))
+_TRIGGERS_BY_WORD: dict[bytes, list[tuple[bytes, str]]] = {}
+for _word in _TRIGGERS:
+    if _word.isascii():
+        _letters = _word.encode("ascii").translate(_NON_LETTERS_TO_SPACE).split()[0]
+        _TRIGGERS_BY_WORD.setdefault(_letters[:2], []).append((_letters, _word))
+# Words (each a whole word in a match) without which `_TASK_AT` cannot match ASCII text: the
+# first word of each task verb, "your" and the words that point at a code block; and the
+# question openers' first words, which also need the word after them.
+_TASK_WORDS = frozenset(
+    first.replace("[sz]", letter).encode("ascii")
+    for first in [alt.split("\\s")[0] for alt in _TASK_VERBS[3:-1].split("|")]
+    + ["your", "following", "below", "subsequent"]
+    for letter in "sz"
+)
+_YOU_QUESTION_WORDS = frozenset((b"can", b"could", b"would", b"will", b"do"))
 # A task sentence opens a line or follows a sentence's end.
 _TASK_AT = re.compile(
     r"(?:^[ \t>*\-]*|(?<=[.!?] ))(?:(?P<task>" + _TASK.pattern + ")|" + _ORDER + ")",
@@ -232,14 +253,14 @@ def scan_directives(v: TextViews) -> list[Finding]:
     """Every instruction aimed at the AI in the text (see the module's docstring).
 
     Each pattern starts with a trigger word, found with `str.find` (C speed) and tried only
-    there; task sentences only where a line or sentence starts with a word that can open
-    one. So the cost is a few passes of `find` plus work at the few places that matter."""
+    there; in ASCII text only the triggers that begin one of its words are looked for. Task
+    sentences only where a line or sentence starts with a word that can open one. So the
+    cost is a few passes over the text plus work at the few places that matter."""
     text, lower = v.text, v.lower
     out: list[Finding] = []
-    ascii_only = lower.isascii()
-    for word, patterns in _TRIGGERS.items():
-        if ascii_only and not word.isascii():
-            continue
+    words = _ascii_words(lower)
+    for word in _triggers_to_search(words):
+        patterns = _TRIGGERS[word]
         at = lower.find(word)
         while at != -1:
             if at == 0 or not lower[at - 1].isalpha():
@@ -248,7 +269,7 @@ def scan_directives(v: TextViews) -> list[Finding]:
                     if m is not None:
                         out.append(_finding(text, *m.span()))
             at = lower.find(word, at + 1)
-    for start in _sentence_starts(lower):
+    for start in _sentence_starts(lower) if _may_hold_task(words) else ():
         m = _TASK_AT.match(lower, start)
         if m is not None and (m.group("task") is None or _ends_sentence(lower, m.end())):
             out.append(_finding(text, *m.span()))
@@ -257,6 +278,40 @@ def scan_directives(v: TextViews) -> list[Finding]:
     if not lower.isascii():
         out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
     return out
+
+
+def _ascii_words(lower: str) -> set[bytes] | None:
+    """The words (runs of letters) of ASCII text; None for other text."""
+    if not lower.isascii():
+        return None
+    return set(lower.encode("ascii").translate(_NON_LETTERS_TO_SPACE).split())
+
+
+def _triggers_to_search(words: set[bytes] | None) -> Iterable[str]:
+    """The trigger words that may occur at a word's start: in ASCII text those whose leading
+    letters begin one of its `words`; in other text, all of them."""
+    if words is None:
+        return _TRIGGERS
+    present: set[str] = set()
+    for token in words:
+        for letters, word in _TRIGGERS_BY_WORD.get(token[:2], ()):
+            if token.startswith(letters):
+                present.add(word)
+    return present
+
+
+def _may_hold_task(words: set[bytes] | None) -> bool:
+    """False when ASCII text lacks every word a `_TASK_AT` match has to contain as a whole
+    word: a task verb, "your", "following/below/subsequent", or a question opener with the
+    word after it."""
+    if words is None:
+        return True
+    return (
+        not words.isdisjoint(_TASK_WORDS)
+        or (b"you" in words and not words.isdisjoint(_YOU_QUESTION_WORDS))
+        or (b"is" in words and b"this" in words)
+        or (b"are" in words and b"these" in words)
+    )
 
 
 def _sentence_starts(lower: str) -> list[int]:
