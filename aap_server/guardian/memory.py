@@ -30,13 +30,13 @@ import binascii
 import contextlib
 import re
 import urllib.parse
-import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
 from aap_server.guardian.detectors import Finding
+from aap_server.guardian.fingerprints import Prints, fingerprint
 from aap_server.guardian.provenance import (
     MAX_CALLS,
     MAX_TRUSTED_PRINTS,
@@ -64,10 +64,9 @@ MAX_SESSION_BYTES = (
 )
 
 
-def fingerprint(data: bytes) -> int:
-    """A stable 64-bit hash (two C-speed checksums: cheap enough to take at every offset of
-    a tool argument)."""
-    return (zlib.crc32(data) << 32) | zlib.adler32(data)
+def value_print(value: str) -> int:
+    """A private value's fingerprint (case does not matter)."""
+    return fingerprint(value.lower().encode())
 
 
 # Winnowing (Schleimer, Wilkerson, Aiken 2003) over the letters and digits of a text: the
@@ -105,36 +104,6 @@ def line_prints(text: str) -> Iterator[int]:
             yield fingerprint(data[:PRINT_BYTES])
 
 
-class Prints:
-    """A bounded set of fingerprints, oldest forgotten first (`saturated` once one was)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._prints: OrderedDict[int, None] = OrderedDict()
-        self.saturated = False
-
-    def __len__(self) -> int:
-        return len(self._prints)
-
-    def __contains__(self, value: int) -> bool:
-        return value in self._prints
-
-    def add(self, value: int) -> bool:
-        """Remember `value`; whether it was new."""
-        if value in self._prints:
-            self._prints.move_to_end(value)
-            return False
-        self._prints[value] = None
-        if len(self._prints) > self.limit:
-            self._prints.popitem(last=False)
-            self.saturated = True
-        return True
-
-    def values(self) -> list[int]:
-        """Oldest first, so that adding them back in order keeps the same ones."""
-        return list(self._prints)
-
-
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
 _HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){8,}")
 
@@ -157,22 +126,22 @@ def decoded_forms(text: str) -> list[bytes]:
     return forms
 
 
-def carries_line(prints: Prints, forms: Iterable[bytes]) -> bool:
-    """Whether a remembered line's fingerprint occurs anywhere in the forms: one hash per
-    offset, so the cost is linear in the text."""
-    if not len(prints):
-        return False
-    forms = list(forms)
+def window_prints(forms: Iterable[bytes]) -> set[int]:
+    """Every fingerprint a remembered line or chunk may have in these forms of a text: of the
+    `PRINT_BYTES` bytes at each offset and of each chunk. Linear in the text (one hash per
+    offset); taken once per tool call, whatever its rules ask."""
+    found: set[int] = set()
     size = PRINT_BYTES
-    return any(
-        fingerprint(data[i : i + size]) in prints
-        for data in forms
-        for i in range(len(data) - size + 1)
-    ) or any(
-        value in prints
-        for data in forms
-        for value in _chunk_hashes(data.decode("utf-8", "replace"))
-    )
+    for data in forms:
+        found.update(fingerprint(data[i : i + size]) for i in range(len(data) - size + 1))
+        found.update(_chunk_hashes(data.decode("utf-8", "replace")))
+    return found
+
+
+def carries_line(prints: Prints, argument_prints: Callable[[], set[int]]) -> bool:
+    """Whether a remembered line or chunk occurs in a tool call's arguments (their
+    `window_prints`, taken only when some are remembered)."""
+    return bool(len(prints)) and prints.meets(argument_prints())
 
 
 class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
@@ -244,17 +213,23 @@ class SessionFacts:
 
     def remember_private(self, finding: Finding) -> None:
         if len(finding.value) >= MIN_TRACKED_LENGTH:
-            self.changed |= self.private_values.add(fingerprint(finding.value.lower().encode()))
+            self.changed |= self.private_values.add(value_print(finding.value))
 
-    def carries_private(self, findings: Iterable[Finding], forms: list[bytes]) -> bool:
+    def took_in_private(self, value: str) -> bool:
+        """Whether a private value came in content the agent took in."""
+        return value_print(value) in self.private_values
+
+    def carries_private(
+        self, findings: Iterable[Finding], argument_prints: Callable[[], set[int]]
+    ) -> bool:
         """Whether a tool call's arguments carry a private value (a detector hit seen before,
         `findings` being the hits in the arguments and their decoded forms) or a confidential
         line; always true once the session remembered more than it can hold."""
         if self.private_saturated:
             return True
-        if any(fingerprint(f.value.lower().encode()) in self.private_values for f in findings):
+        if any(self.took_in_private(f.value) for f in findings):
             return True
-        return carries_line(self.private_lines, forms)
+        return carries_line(self.private_lines, argument_prints)
 
     def placeholder(self, finding: Finding) -> str:
         known = self.placeholders.get(finding.value)
@@ -322,7 +297,7 @@ class SessionFacts:
             for value in line_prints(text):
                 facts.untrusted_lines.add(value)
         for text in stored.private_values:
-            facts.private_values.add(fingerprint(text.lower().encode()))
+            facts.private_values.add(value_print(text))
             for value in line_prints(text):
                 facts.private_lines.add(value)
         facts.private_values.saturated |= stored.private_saturated

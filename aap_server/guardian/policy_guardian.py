@@ -21,7 +21,7 @@ import contextlib
 import fnmatch
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -50,8 +50,8 @@ from aap_server.guardian.memory import (
     carries_line,
     chunk_prints,
     decoded_forms,
-    fingerprint,
     line_prints,
+    window_prints,
 )
 from aap_server.guardian.policy import (
     ACTION_STRENGTH,
@@ -117,10 +117,13 @@ class _Step:
     """One step under evaluation: its view, and what scanning it found (`prepare`, which may
     run in a worker thread: it touches no session facts)."""
 
-    def __init__(self, request: aos.AosRequest, view: StepView, policy: Policy) -> None:
+    def __init__(
+        self, request: aos.AosRequest, view: StepView, policy: Policy, families: _Families
+    ) -> None:
         self.request = request
         self.view = view
         self.policy = policy
+        self.families = families(view.method)
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
         self.cancelled = False
         self.findings: list[Finding] = []
@@ -130,6 +133,7 @@ class _Step:
         self.argument_forms: list[bytes] = []
         self.argument_findings: list[Finding] = []
         self._arguments_ready = False
+        self._argument_prints: set[int] | None = None
         # Fingerprints of the lines of untrusted content (the newest ones that can be kept).
         self.line_prints: list[int] = []
         self._tool_facts: ToolFacts | None = None
@@ -140,8 +144,7 @@ class _Step:
         redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            families = _families_for(self.policy, self.view.method)
-            found = self._scans[text] = scan_all(text, families, should_stop=self.stopped)
+            found = self._scans[text] = scan_all(text, self.families, should_stop=self.stopped)
         return found
 
     def prepare(self, *, arguments: bool = False) -> None:
@@ -187,6 +190,14 @@ class _Step:
                 stop = self.stopped
                 self.argument_findings += scan_all(text, ("pii", "secret"), should_stop=stop)
 
+    def argument_prints(self) -> set[int]:
+        """`window_prints` of the tool arguments' decoded forms, once: both the private and
+        the untrusted line conditions look them up."""
+        if self._argument_prints is None:
+            self.prepare_arguments()
+            self._argument_prints = window_prints(self.argument_forms)
+        return self._argument_prints
+
     def stopped(self) -> bool:
         return self.cancelled
 
@@ -219,19 +230,31 @@ class _Step:
 # PII and secrets are always looked for (the session remembers private data it took in);
 # injection only on steps some rule can look at it on.
 _ALWAYS: tuple[Category, ...] = ("pii", "secret")
-_FAMILY_CACHE: dict[tuple[str, str], tuple[Category, ...]] = {}
 
 
-def _families_for(policy: Policy, method: str) -> tuple[Category, ...]:
-    """The detector families a step of `method` must be scanned for under `policy`."""
-    key = (policy.hash, method)
-    known = _FAMILY_CACHE.get(key)
-    if known is not None:
-        return known
+class _Families:
+    """The detector families a step must be scanned for, by its method, under one policy
+    (worked out once per policy: a method no rule names gets those of the rules for any)."""
+
+    def __init__(self, policy: Policy) -> None:
+        rules = [rule for rule in policy.rules if rule.enabled]
+        methods = {m for rule in rules for m in rule.match.method or ()}
+        self._any = _families_of(r for r in rules if r.match.method is None)
+        self._by_method = {
+            method: _families_of(
+                r for r in rules if r.match.method is None or method in r.match.method
+            )
+            for method in methods
+        }
+
+    def __call__(self, method: str) -> tuple[Category, ...]:
+        return self._by_method.get(method, self._any)
+
+
+def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
+    """The families the rules' detector patterns (to match or to redact) can name."""
     wanted: set[str] = set(_ALWAYS)
-    for rule in policy.rules:
-        if not rule.enabled or (rule.match.method is not None and method not in rule.match.method):
-            continue
+    for rule in rules:
         patterns = list(rule.match.detectors or [])
         if rule.modify is not None:
             patterns += rule.modify.redact
@@ -241,11 +264,7 @@ def _families_for(policy: Policy, method: str) -> tuple[Category, ...]:
                 wanted.update(c for c in CATEGORIES if fnmatch.fnmatchcase(c, family))
             else:
                 wanted.add(family)
-    families = tuple(c for c in CATEGORIES if c in wanted and c != "egress")
-    if len(_FAMILY_CACHE) > 1024:  # policies reloaded many times
-        _FAMILY_CACHE.clear()
-    _FAMILY_CACHE[key] = families
-    return families
+    return tuple(c for c in CATEGORIES if c in wanted and c != "egress")
 
 
 def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
@@ -299,13 +318,10 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             != (calling and facts.provenance.only_untrusted(step.call()))
         ):
             return False
-        if (
-            session.private_data_in_arguments is not None
-            or session.untrusted_data_in_arguments is not None
-        ):
+        if session.private_data_in_arguments is not None:
             step.prepare_arguments()
         if session.private_data_in_arguments is not None and session.private_data_in_arguments != (
-            view.method == "steps/toolCallRequest"
+            calling
             and facts.carries_private(
                 # An account the user typed (pay *this* IBAN) leaving is no leak.
                 [
@@ -313,13 +329,13 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
                     for f in step.argument_findings
                     if f.detector != "pii.iban" or not facts.provenance.given_by_user(f.value)
                 ],
-                step.argument_forms,
+                step.argument_prints,
             )
         ):
             return False
         if session.untrusted_data_in_arguments is not None and (
             session.untrusted_data_in_arguments
-            != (facts.forgotten or carries_line(facts.untrusted_lines, step.argument_forms))
+            != (facts.forgotten or carries_line(facts.untrusted_lines, step.argument_prints))
         ):
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
@@ -338,6 +354,7 @@ class PolicyGuardian(Guardian):
         self._hosted = FactsCache(MAX_SESSIONS, MAX_HOSTED_BYTES)
         self._outside: dict[str, FactsCache] = {}
         self._screen = screen_for(policy)
+        self._families = _Families(policy)
         self._slice = LoopSlice()
 
     def text_screen(self) -> TextScreen:
@@ -352,6 +369,7 @@ class PolicyGuardian(Guardian):
         """Swap the policy (reload): checks in flight finish under the one they started with,
         messages being streamed keep the screen they started with."""
         self._screen = screen_for(policy)
+        self._families = _Families(policy)
         self.policy = policy
 
     def export_session(self, session_id: str) -> bytes | None:
@@ -382,7 +400,7 @@ class PolicyGuardian(Guardian):
         return cache
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
-        policy = self.policy
+        policy, families = self.policy, self._families
         scope = check_scope.get()
         # Whose turn a scan in a worker waits for: the `POST /aos` caller, or the session.
         context: aos.StepContext | None = getattr(request.params, "context", None)
@@ -399,7 +417,7 @@ class PolicyGuardian(Guardian):
                 view.session_id if view.session_id is not None else scope.session_id
             ) or ""
             size = sum(len(text.encode("utf-8", "surrogatepass")) for text in view.texts)
-            step = _Step(request, view, policy)
+            step = _Step(request, view, policy, families)
             if size > policy.limits.max_scan_bytes:
                 verdict = _over_limit(policy, size)
             else:
@@ -634,9 +652,7 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
 def _from_untrusted(finding: Finding, facts: SessionFacts) -> bool:
     """Whether a detector hit's value came in untrusted content and not from the user."""
     value = finding.value
-    return fingerprint(value.lower().encode()) in facts.private_values and not (
-        facts.provenance.given_by_user(value)
-    )
+    return facts.took_in_private(value) and not facts.provenance.given_by_user(value)
 
 
 def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding]:

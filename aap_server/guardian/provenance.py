@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import msgspec
 
 from aap_server import aos
+from aap_server.guardian.fingerprints import Prints, fingerprint
 
 MAX_TRUSTED_PRINTS = 2048
 MAX_UNTRUSTED_PRINTS = 2048
@@ -54,8 +54,7 @@ _EDGE = ".:#@/-_=+"
 
 
 def _print(word: str) -> int:
-    data = word.encode("utf-8", "surrogatepass")
-    return (zlib.crc32(data) << 32) | zlib.adler32(data)
+    return fingerprint(word.encode("utf-8", "surrogatepass"))
 
 
 _DECIMAL = re.compile(r"\d+\.\d+")
@@ -70,30 +69,6 @@ def _normal(word: str) -> str:
     if "." in word and _DECIMAL.fullmatch(word):
         return word.rstrip("0").rstrip(".")
     return word
-
-
-class Prints:
-    """A bounded set of fingerprints, oldest forgotten first."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.items: OrderedDict[int, None] = OrderedDict()
-
-    def __contains__(self, value: int) -> bool:
-        return value in self.items
-
-    def add_all(self, values: Iterable[int]) -> bool:
-        """Remember the values; whether any was new."""
-        items, new = self.items, False
-        for value in values:
-            if value in items:
-                items.move_to_end(value)
-                continue
-            items[value] = None
-            new = True
-        while len(items) > self.limit:
-            items.popitem(last=False)
-        return new
 
 
 _DELIMITERS = "\"'<>()[]{},;!?`|*"
@@ -143,12 +118,12 @@ class Provenance:
         self.instructions = 0
 
     def size(self) -> int:
-        return 8 * (len(self.trusted.items) + len(self.untrusted.items)) + 48 * len(self.calls)
+        return 8 * (len(self.trusted) + len(self.untrusted)) + 48 * len(self.calls)
 
     def export(self) -> ProvenanceMemory:
         return ProvenanceMemory(
-            trusted=list(self.trusted.items),
-            untrusted=list(self.untrusted.items),
+            trusted=self.trusted.values(),
+            untrusted=self.untrusted.values(),
             calls=dict(self.calls),
             instructions=self.instructions,
         )

@@ -76,7 +76,7 @@ async def test_trusted_memory_is_bounded_and_forgets_oldest_first() -> None:
     await guardian.check(make.message("user", flood))
     facts = guardian._hosted.get("sess_1")
     assert facts is not None
-    assert len(facts.provenance.trusted.items) == MAX_TRUSTED_PRINTS
+    assert len(facts.provenance.trusted) == MAX_TRUSTED_PRINTS
     # Forgotten: fail closed (ask), never open.
     request = make.tool_call_request("c1", "send_money", pay("GB82WEST12345698765432"))
     assert await verdict_of(guardian, request) == "require_approval"

@@ -240,7 +240,8 @@ def test_chunk_prints_recognise_fragments_not_unrelated_text() -> None:
     assert 10 < len(tracked) < len(LONG_NOTE) // 3
 
     def carried(text: str) -> bool:
-        return guardian_memory.carries_line(tracked, [text.lower().encode()])
+        forms = [text.lower().encode()]
+        return guardian_memory.carries_line(tracked, lambda: guardian_memory.window_prints(forms))
 
     assert carried("a retention bonus of 40,000 EUR agreed with")
     assert not carried("a retention bonus of 50,000 EUR agreed with")

@@ -1,0 +1,55 @@
+"""64-bit fingerprints, and bounded sets of them: how the guardian remembers text it saw
+(session memory, provenance) without keeping the text."""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable
+
+
+def fingerprint(data: bytes) -> int:
+    """A stable 64-bit hash (two C-speed checksums: cheap enough to take at every offset of
+    a tool argument)."""
+    return (zlib.crc32(data) << 32) | zlib.adler32(data)
+
+
+class Prints:
+    """A bounded set of fingerprints, oldest forgotten first (`saturated` once one was)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._prints: OrderedDict[int, None] = OrderedDict()
+        self.saturated = False
+
+    def __len__(self) -> int:
+        return len(self._prints)
+
+    def __contains__(self, value: int) -> bool:
+        return value in self._prints
+
+    def add(self, value: int) -> bool:
+        """Remember `value`; whether it was new."""
+        if value in self._prints:
+            self._prints.move_to_end(value)
+            return False
+        self._prints[value] = None
+        if len(self._prints) > self.limit:
+            self._prints.popitem(last=False)
+            self.saturated = True
+        return True
+
+    def add_all(self, values: Iterable[int]) -> bool:
+        """Remember the values; whether any was new."""
+        new = False
+        for value in values:
+            new |= self.add(value)
+        return new
+
+    def meets(self, values: Iterable[int]) -> bool:
+        """Whether any of `values` is remembered."""
+        return not self._prints.keys().isdisjoint(values)
+
+    def values(self) -> list[int]:
+        """Oldest first, so that adding them back in order keeps the same ones."""
+        return list(self._prints)
