@@ -79,6 +79,10 @@ TRACKED_TAIL_CHARS = 32 * 1024
 # The scan workers of all guardians: callers are served in turn (see `scan_pool`).
 _SCANS = FairScanPool()
 
+# PII and secrets are always looked for (the session remembers private data it took in);
+# injection only on steps some rule can look at it on.
+PRIVATE_FAMILIES: tuple[Category, ...] = ("pii", "secret")
+
 
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
     if patterns is None:
@@ -124,6 +128,8 @@ class _Step:
         self.view = view
         self.policy = policy
         self.families = families(view.method)
+        # A tool call of a tool the policy labels egress.
+        self.egress = view.tool is not None and _names_match(policy.egress.tools, view.tool)
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
         self.cancelled = False
         self.findings: list[Finding] = []
@@ -134,8 +140,8 @@ class _Step:
         self.argument_findings: list[Finding] = []
         self._arguments_ready = False
         self._argument_prints: set[int] | None = None
-        # Fingerprints of the lines of untrusted content (the newest ones that can be kept).
-        self.line_prints: list[int] = []
+        # Fingerprints of untrusted content's lines and chunks (the newest that can be kept).
+        self.content_prints: list[int] = []
         self._tool_facts: ToolFacts | None = None
         self._call: Call | None = None
 
@@ -153,7 +159,7 @@ class _Step:
         tool arguments, fingerprints of untrusted lines. Linear in the step's content."""
         view = self.view
         found = [f for text in view.texts for f in self.scan(text)]
-        if self.is_egress():
+        if self.egress:
             egress = self.policy.egress
             for text in view.texts:
                 found.extend(
@@ -162,7 +168,7 @@ class _Step:
             if self.cancelled:  # `check_egress` stopped early: its answer is incomplete
                 raise ScanCancelled
         self.findings = found
-        if view.method in UNTRUSTED_METHODS or view.method == "steps/knowledgeRetrieval":
+        if view.method in UNTRUSTED_METHODS:
             prints: dict[int, None] = {}
             for text in view.texts:
                 prints.update(dict.fromkeys(line_prints(text)))
@@ -171,7 +177,7 @@ class _Step:
             # all that earlier ones tracked): the text's tail is enough, and bounds the work.
             tail = "\n".join(view.texts)[-TRACKED_TAIL_CHARS:]
             prints.update(dict.fromkeys(chunk_prints(tail)[-MAX_LINE_PRINTS // 2 :]))
-            self.line_prints = list(prints)[-MAX_LINE_PRINTS:]
+            self.content_prints = list(prints)[-MAX_LINE_PRINTS:]
         if arguments:
             self.prepare_arguments()
 
@@ -183,12 +189,12 @@ class _Step:
         self._arguments_ready = True
         self.argument_forms = decoded_forms("\n".join(self.view.texts))
         plain = self.argument_forms[0]
-        self.argument_findings = [f for f in self.findings if f.category in ("pii", "secret")]
+        self.argument_findings = [f for f in self.findings if f.category in PRIVATE_FAMILIES]
         for form in self.argument_forms[1:]:
             if form != plain:
                 text = form.decode("utf-8", "replace")
                 stop = self.stopped
-                self.argument_findings += scan_all(text, ("pii", "secret"), should_stop=stop)
+                self.argument_findings += scan_all(text, PRIVATE_FAMILIES, should_stop=stop)
 
     def argument_prints(self) -> set[int]:
         """`window_prints` of the tool arguments' decoded forms, once: both the private and
@@ -207,7 +213,7 @@ class _Step:
             return None
         if self._tool_facts is None:
             self._tool_facts = tool_facts(
-                self.request, self.view.tool, self.policy.tools, self.is_egress()
+                self.request, self.view.tool, self.policy.tools, self.egress
             )
         return self._tool_facts
 
@@ -222,14 +228,6 @@ class _Step:
         if self._names is None:
             self._names = {f.detector for f in self.findings}
         return self._names
-
-    def is_egress(self) -> bool:
-        return self.view.tool is not None and _names_match(self.policy.egress.tools, self.view.tool)
-
-
-# PII and secrets are always looked for (the session remembers private data it took in);
-# injection only on steps some rule can look at it on.
-_ALWAYS: tuple[Category, ...] = ("pii", "secret")
 
 
 class _Families:
@@ -253,7 +251,7 @@ class _Families:
 
 def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
     """The families the rules' detector patterns (to match or to redact) can name."""
-    wanted: set[str] = set(_ALWAYS)
+    wanted: set[str] = set(PRIVATE_FAMILIES)
     for rule in rules:
         patterns = list(rule.match.detectors or [])
         if rule.modify is not None:
@@ -277,7 +275,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         return False
     if match.role is not None and view.role not in match.role:
         return False
-    if match.egress is not None and step.is_egress() != match.egress:
+    if match.egress is not None and step.egress != match.egress:
         return False
     if match.consequential is not None and match.consequential != (
         (step.tool_facts() or ToolFacts()).consequence is not None
@@ -520,7 +518,7 @@ class PolicyGuardian(Guardian):
         if view.method in UNTRUSTED_METHODS:
             facts.changed = True
             facts.untrusted_seen = True
-            for value in step.line_prints:
+            for value in step.content_prints:
                 facts.untrusted_lines.add(value)
         trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
             view.execution_id
@@ -531,12 +529,12 @@ class PolicyGuardian(Guardian):
             # Private data the agent took in (not what the user typed: sending the user's own
             # address where the user asked is no leak).
             for finding in step.findings:
-                if finding.category in ("pii", "secret"):
+                if finding.category in PRIVATE_FAMILIES:
                     facts.remember_private(finding)
         if view.method == "steps/knowledgeRetrieval" and any(
             "confidential" in text.lower() for text in view.texts
         ):
-            for value in step.line_prints:
+            for value in step.content_prints:
                 facts.changed |= facts.private_lines.add(value)
         if view.method == "steps/memoryContextRetrieval" and step.findings:
             facts.changed = True
