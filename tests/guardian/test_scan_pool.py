@@ -11,27 +11,19 @@ import pytest
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.scan_pool import LOOP_SLICE_BYTES, FairScanPool, ScanQueueFull
+from tests.guardian.loop import loop_passes
 from tests.guardian.test_policy import steps
 
 
 async def test_many_small_checks_in_a_row_let_other_tasks_run_between_slices() -> None:
     guardian = PolicyGuardian(default_policy())
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
     text = "a@" * 2048  # 4 KiB: scanned inline
-    for number in range(100):
-        await guardian.check(steps().tool_call_result(f"c{number}", text, False))
-    task.cancel()
+    async with loop_passes() as passes:
+        await asyncio.sleep(0)
+        for number in range(100):
+            await guardian.check(steps().tool_call_result(f"c{number}", text, False))
     # 400 KiB of inline scanning in one task: the loop got a pass at least every slice.
-    assert ticks >= 100 * len(text) // LOOP_SLICE_BYTES
+    assert passes.count >= 100 * len(text) // LOOP_SLICE_BYTES
 
 
 async def test_one_callers_queued_scans_do_not_delay_another_callers() -> None:
