@@ -286,20 +286,14 @@ class SessionFacts:
         facts.calls_in_session = stored.calls_in_session
         facts.calls_by_tool = dict(stored.calls_by_tool)
         facts.untrusted_seen = stored.untrusted_seen
-        for prints, values in (
-            (facts.untrusted_lines, stored.untrusted_lines),
-            (facts.private_lines, stored.private_lines),
-            (facts.private_values, stored.private_prints),
-        ):
-            for value in values:
-                prints.add(value)
+        facts.untrusted_lines.add_all(stored.untrusted_lines)
+        facts.private_lines.add_all(stored.private_lines)
+        facts.private_values.add_all(stored.private_prints)
         for text in stored.untrusted_values:
-            for value in line_prints(text):
-                facts.untrusted_lines.add(value)
+            facts.untrusted_lines.add_all(line_prints(text))
         for text in stored.private_values:
             facts.private_values.add(value_print(text))
-            for value in line_prints(text):
-                facts.private_lines.add(value)
+            facts.private_lines.add_all(line_prints(text))
         facts.private_values.saturated |= stored.private_saturated
         facts.originals = dict(stored.originals)
         facts.placeholders = {value: p for p, (_, value) in facts.originals.items()}

@@ -518,8 +518,7 @@ class PolicyGuardian(Guardian):
         if view.method in UNTRUSTED_METHODS:
             facts.changed = True
             facts.untrusted_seen = True
-            for value in step.content_prints:
-                facts.untrusted_lines.add(value)
+            facts.untrusted_lines.add_all(step.content_prints)
         trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
             view.execution_id
         )
@@ -534,8 +533,7 @@ class PolicyGuardian(Guardian):
         if view.method == "steps/knowledgeRetrieval" and any(
             "confidential" in text.lower() for text in view.texts
         ):
-            for value in step.content_prints:
-                facts.changed |= facts.private_lines.add(value)
+            facts.changed |= facts.private_lines.add_all(step.content_prints)
         if view.method == "steps/memoryContextRetrieval" and step.findings:
             facts.changed = True
 
