@@ -37,13 +37,8 @@ MAX_SESSIONS = 1000
 MAX_SURFACES = 64
 MAX_PENDING = 256
 
-_TYPES = {
-    "string": "string",
-    "number": "number",
-    "boolean": "boolean",
-    "array": "array",
-    "object": "object",
-}
+# AOM field types that are JSON Schema types of the same name.
+_JSON_TYPES = frozenset({"string", "number", "boolean", "array", "object"})
 
 
 @dataclass
@@ -67,8 +62,8 @@ def field_schema(spec: dict[str, Any]) -> dict[str, Any]:
     kind = spec.get("type")
     if kind == "enum":
         schema["enum"] = list(spec.get("values") or [])
-    elif kind in _TYPES:
-        schema["type"] = _TYPES[kind]
+    elif kind in _JSON_TYPES:
+        schema["type"] = kind
     validation = spec.get("validation")
     if not isinstance(validation, dict):
         validation = {}
