@@ -380,11 +380,10 @@ class PolicyGuardian(Guardian):
         try:
             facts = SessionFacts.from_export(memory)
         except (msgspec.DecodeError, ValueError, TypeError):
-            # Unreadable (a bug, or a blob from elsewhere): assume the worst rather than
-            # forget, so the session cannot send out data as if nothing untrusted came in.
+            # Unreadable (a bug, or a blob from elsewhere): assume the worst, as for a forgotten
+            # session, so it cannot send out data as if nothing untrusted or private came in.
             logger.warning("unreadable guardian memory of session %s; assuming taint", session_id)
-            facts = SessionFacts()
-            facts.untrusted_seen = facts.changed = True
+            facts = SessionFacts.of_forgotten()
         self._hosted.put(session_id, facts)
 
     def _cache(self, namespace: str) -> FactsCache:

@@ -204,6 +204,22 @@ def test_unreadable_memory_is_taken_as_tainted() -> None:
     assert msgspec.json.decode(memory, type=guardian_memory.SessionMemory).untrusted_seen is True
 
 
+async def test_unreadable_memory_lets_no_private_data_out() -> None:
+    # As for a forgotten session: an outbound call is taken to carry private data, also after
+    # the memory that stands in for the unreadable one is stored and read back.
+    guardian = PolicyGuardian(default_policy())
+    guardian.import_session("sess_1", b"not what was exported")
+    body = "SSN 123-45-6789, card 4111 1111 1111 1111"
+    verdict = await guardian.check(leak(body=body))
+    assert verdict.decision == "deny"
+    assert verdict.reason_code == ["exfiltration.private_data"]
+    memory = guardian.export_session("sess_1")
+    assert memory is not None
+    restarted = PolicyGuardian(default_policy())
+    restarted.import_session("sess_1", memory)
+    assert (await restarted.check(leak(body=body))).reason_code == ["exfiltration.private_data"]
+
+
 LONG_NOTE = (
     "CONFIDENTIAL payroll 2024: Alice Martin, engineering lead, earns 182,000 EUR per year "
     "plus a retention bonus of 40,000 EUR agreed with the board in March"
