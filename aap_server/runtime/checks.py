@@ -122,6 +122,12 @@ class GuardianChecks:
         return drafts
 
 
+def refuses_input(verdict: aos.AosSuccessResult, refuse_modified_input: bool) -> bool:
+    """Whether client input is refused: denied, or modified where the deployment refuses
+    modified input (README "History")."""
+    return verdict.decision == "deny" or (verdict.decision == "modify" and refuse_modified_input)
+
+
 def modified_content(verdict: aos.AosSuccessResult, original: Content) -> Content:
     modified = verdict.modified_request
     if isinstance(modified, aos.MessageStep):

@@ -27,6 +27,7 @@ from aap_server.runtime.checks import (
     GuardianChecks,
     modified_content,
     modified_result,
+    refuses_input,
     step_factory,
 )
 from aap_server.runtime.errors import InvalidRequestError
@@ -83,7 +84,7 @@ async def guard_new_session(
             role = "agent" if isinstance(message, AssistantMessage) else "user"
             request = steps.message(role, message.content)
         verdict = await checks.check(request)
-        if verdict.decision == "deny" or (verdict.decision == "modify" and refuse_modified_input):
+        if refuses_input(verdict, refuse_modified_input):
             logger.info(
                 "new session refused: seed message %d denied by policy (step %s, %s)",
                 index,

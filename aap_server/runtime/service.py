@@ -181,9 +181,7 @@ class AapService:
         )
         # Options, tool definitions and the seed are client input the model will read:
         # guarded like a turn's input (a denial raises, and no session is created).
-        observer = self.telemetry.session_scope(hosted.agent, record.session_id)
-        token = observer.enter()
-        try:
+        with self.telemetry.session_scope(hosted.agent, record.session_id).scoped():
             guarded, audit = await guard_new_session(
                 hosted=hosted,
                 guardian=self.guardian,
@@ -194,8 +192,6 @@ class AapService:
                 seed=seed,
                 refuse_modified_input=self.refuse_modified_input,
             )
-        finally:
-            observer.leave(token)
         memory = self.guardian.export_session(record.session_id)
         if guarded == seed:
             await self.store.create_session(record, seed, audit=audit, guardian_memory=memory)
@@ -332,6 +328,7 @@ class AapService:
         self.principal_limits.start_turn(principal.owner)
         self._active[session_id] = turn.turn_id
         observed: TurnObservation | None = None
+        running = False  # once the turn's task runs, the task frees what the turn holds
         try:
             if (holder := await self.leases.take(session_id, turn.turn_id)) is not None:
                 await self._record(principal, session_id)  # not yours: 404, busy or not
@@ -343,53 +340,51 @@ class AapService:
             observed = self.telemetry.turn_started(
                 hosted.agent, session_id, turn.turn_id, turn.mode
             )
-            token = observed.enter()  # the input's checks are steps of the turn
-            validate_stream_mode(hosted, turn.mode)
-            validate_overrides(hosted, request.agent, request.tools)
-            snapshot = await self._repaired(snapshot)
-            pending = snapshot.record.pending
-            messages = drop_replayed_answers(request.messages, pending)
-            if request.messages and not messages:
-                # Every answer was taken already: acknowledge, run and store nothing.
-                waiting = any(call.awaiting for call in pending)
-                turn.queue.put_nowait(TurnStartEvent())
-                stop = TurnStopEvent(stop_reason="tool_use" if waiting else "end_turn")
-                turn.queue.put_nowait(stop)
-                turn.queue.put_nowait(None)
-                del self._active[session_id]
-                observed.leave(token)
-                observed.stopped(stop.stop_reason, _awaiting_permission(pending))
-                await self.leases.release(session_id, turn.turn_id)
-                self.principal_limits.end_turn(principal.owner)
-                return turn
-            validate_turn_messages(hosted, messages, pending, self.clock())
-            run = self._prepare(hosted, snapshot, request, messages, principal, turn)
-            if trigger is not None:
-                await admit_trigger(run, trigger)
-            if request.agent is not None or request.tools is not None:
-                overrides = request.agent.options if request.agent is not None else None
-                try:
-                    await guard_client_config(
-                        run.checks, run.steps, overrides, hosted.secret_options, request.tools
-                    )
-                except InvalidRequestError:
-                    await run.flush_audit()  # the refusal is on the audit trail too
-                    raise
-            await run.start()
-            observed.leave(token)
+            with observed.scoped():  # the input's checks are steps of the turn
+                validate_stream_mode(hosted, turn.mode)
+                validate_overrides(hosted, request.agent, request.tools)
+                snapshot = await self._repaired(snapshot)
+                pending = snapshot.record.pending
+                messages = drop_replayed_answers(request.messages, pending)
+                if request.messages and not messages:
+                    # Every answer was taken already: acknowledge, run and store nothing.
+                    waiting = any(call.awaiting for call in pending)
+                    stop = TurnStopEvent(stop_reason="tool_use" if waiting else "end_turn")
+                    for event in (TurnStartEvent(), stop, None):
+                        turn.queue.put_nowait(event)
+                    observed.stopped(stop.stop_reason, _awaiting_permission(pending))
+                    return turn
+                validate_turn_messages(hosted, messages, pending, self.clock())
+                run = self._prepare(hosted, snapshot, request, messages, principal, turn)
+                if trigger is not None:
+                    await admit_trigger(run, trigger)
+                if request.agent is not None or request.tools is not None:
+                    try:
+                        await guard_client_config(
+                            run.checks, run.steps, options, hosted.secret_options, request.tools
+                        )
+                    except InvalidRequestError:
+                        await run.flush_audit()  # the refusal is on the audit trail too
+                        raise
+                await run.start()
+            task = asyncio.create_task(self._finish(run, turn, principal, observed))
+            running = True
         except BaseException as error:
-            del self._active[session_id]
             if observed is not None:
-                observed.leave(token)
                 observed.rejected(error)
-            self.principal_limits.end_turn(principal.owner)
-            await self.leases.release(session_id, turn.turn_id)
             raise
-        task = asyncio.create_task(self._finish(run, turn, session_id, observed))
+        finally:
+            if not running:  # refused, or nothing to run
+                await self._end_turn(principal, session_id, turn.turn_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda _: self.principal_limits.end_turn(principal.owner))
         return turn
+
+    async def _end_turn(self, principal: Principal, session_id: str, turn_id: str) -> None:
+        """Free what a turn holds: its session (here and across replicas), its principal's slot."""
+        self._active.pop(session_id, None)
+        self.principal_limits.end_turn(principal.owner)
+        await self.leases.release(session_id, turn_id)
 
     def _prepare(
         self,
@@ -454,7 +449,7 @@ class AapService:
         return reloaded
 
     async def _finish(
-        self, run: TurnRun, turn: Turn, session_id: str, observed: TurnObservation
+        self, run: TurnRun, turn: Turn, principal: Principal, observed: TurnObservation
     ) -> None:
         observed.enter()  # this task's own context: nothing to reset
         reason: StopReason = "error"  # what `finish` emits when it is cancelled
@@ -464,8 +459,7 @@ class AapService:
         except TimeoutError:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
-            self._active.pop(session_id, None)
-            await self.leases.release(session_id, turn.turn_id)
+            await self._end_turn(principal, run.session_id, turn.turn_id)
             turn.queue.put_nowait(None)
             observed.stopped(reason, run.awaiting_permissions)
 

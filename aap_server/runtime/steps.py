@@ -303,11 +303,13 @@ class StepFactory:
         params = aos.MemoryStoreParams(context=context, memory=memory)
         return aos.MemoryStoreStep(id=context.step_id, params=params)
 
-    def mcp(self, message: dict[str, Any], direction: str) -> aos.McpMessage:
+    @staticmethod
+    def mcp(message: dict[str, Any], direction: str) -> aos.McpMessage:
         params = aos.McpParams(message=message, reasoning=f"MCP message {direction}")
         return aos.McpMessage(id=new_id("step_"), params=params)
 
-    def a2a(self, message: dict[str, Any], direction: str) -> aos.A2aMessage:
+    @staticmethod
+    def a2a(message: dict[str, Any], direction: str) -> aos.A2aMessage:
         params = aos.A2aParams(message=message, reasoning=f"A2A message {direction}")
         return aos.A2aMessage(id=new_id("step_"), params=params)
 

@@ -57,21 +57,17 @@ class ToolRunner:
 
     async def run_all(
         self, calls: list[PendingToolCall], on_result: Callable[[ToolMessage], None]
-    ) -> list[ToolMessage]:
+    ) -> None:
         """Run the calls concurrently; `on_result` hears of each result as it is ready."""
-        results: list[ToolMessage] = []
 
         async def run_one(call: PendingToolCall) -> None:
             content, is_error = await self.execute(call)
             content = await self.guard_result(call.tool_call_id, content, is_error)
-            result = ToolMessage(tool_call_id=call.tool_call_id, content=content)
-            results.append(result)
-            on_result(result)
+            on_result(ToolMessage(tool_call_id=call.tool_call_id, content=content))
 
         async with asyncio.TaskGroup() as group:
             for call in calls:
                 group.create_task(run_one(call))
-        return results
 
     async def execute(self, call: PendingToolCall) -> tuple[Content, bool]:
         tool = self.tools[call.name]

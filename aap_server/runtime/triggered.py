@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from aap_server import aos
 from aap_server.agent import StepDeniedError
-from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
     AssistantMessage,
@@ -28,7 +27,7 @@ from aap_server.protocol import (
 from aap_server.runtime.checks import GuardianChecks
 from aap_server.runtime.errors import InvalidRequestError
 from aap_server.runtime.principal import Principal
-from aap_server.runtime.steps import content_to_parts, parts_to_blocks, simplify
+from aap_server.runtime.steps import StepFactory, content_to_parts, parts_to_blocks, simplify
 from aap_server.runtime.views import none_view
 from aap_server.store import StepWrite
 
@@ -138,8 +137,7 @@ async def guard_reply(
     """The A2A reply to a triggered turn, checked as an outbound `protocols/A2A` message (on
     the session's audit trail); a deny raises `TriggerDeniedError`."""
     checks = GuardianChecks(service.guardian, reply.session_id, reply.turn_id)
-    params = aos.A2aParams(message=message, reasoning="A2A message outbound")
-    verdict = await checks.check(aos.A2aMessage(id=new_id("step_"), params=params))
+    verdict = await checks.check(StepFactory.a2a(message, "outbound"))
     await service.store.commit(reply.session_id, StepWrite(audit=checks.take_audit()))
     if verdict.decision == "deny":
         raise TriggerDeniedError(f"reply: withheld by the guardian: {verdict.message}")

@@ -58,6 +58,7 @@ from aap_server.runtime.checks import (
     modified_input,
     modified_result,
     needs_human,
+    refuses_input,
     step_factory,
 )
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
@@ -221,9 +222,7 @@ class TurnRun:
         for message in self.messages:
             assert isinstance(message, UserMessage)
             verdict = await self.checks.check(self.steps.message("user", message.content))
-            if verdict.decision == "deny" or (
-                verdict.decision == "modify" and self.refuse_modified_input
-            ):
+            if refuses_input(verdict, self.refuse_modified_input):
                 kept = expired if self.refuse_modified_input else full
                 write = self._config_write(full=kept, compacted=expired, pending=resolved)
                 await self._store(write)
@@ -288,9 +287,7 @@ class TurnRun:
         """A client-supplied tool result as the model may read it: `refused` if denied (or
         modified, when the deployment refuses modified input)."""
         verdict = await self.checks.check(self.steps.tool_call_result(call_id, content, False))
-        if verdict.decision == "deny" or (
-            verdict.decision == "modify" and self.refuse_modified_input
-        ):
+        if refuses_input(verdict, self.refuse_modified_input):
             return refused
         if verdict.decision == "modify":
             return modified_result(verdict, content)
@@ -470,6 +467,11 @@ class TurnRun:
             results.append(result)
             self.emit(ToolResultEvent(tool_call_id=result.tool_call_id, content=result.content))
 
+        async def record() -> None:
+            for message in results:
+                self.emit(MessageOut(message=message))
+            await self._commit(list(results), list(results), pending=pending)
+
         try:
             await self.tools.run_all(calls, on_result)
         except asyncio.CancelledError:
@@ -477,13 +479,9 @@ class TurnRun:
             for call in calls:
                 if call.tool_call_id not in done:
                     on_result(ToolMessage(tool_call_id=call.tool_call_id, content=INTERRUPTED))
-            for message in results:
-                self.emit(MessageOut(message=message))
-            await self._commit(list(results), list(results), pending=pending)
+            await record()
             raise
-        for message in results:
-            self.emit(MessageOut(message=message))
-        await self._commit(list(results), list(results), pending=pending)
+        await record()
 
     # --- compaction ---------------------------------------------------------------------------
 

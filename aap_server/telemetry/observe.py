@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +82,15 @@ class Observer:
 
     def leave(self, token: Token[Observer | None]) -> None:
         _observer.reset(token)
+
+    @contextmanager
+    def scoped(self) -> Iterator[None]:
+        """The checks made inside the `with` are reported here."""
+        token = self.enter()
+        try:
+            yield
+        finally:
+            self.leave(token)
 
     def step(
         self,

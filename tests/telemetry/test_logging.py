@@ -183,19 +183,23 @@ def test_a_secret_in_any_log_line_is_masked(capsys: pytest.CaptureFixture[str]) 
     assert lines[1]["header"] == "Bearer ***"
 
 
+# Run first in a child interpreter: every `opentelemetry` import fails, as without the extra.
+WITHOUT_OTEL = (
+    "import sys\n"
+    "class NoOtel:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'opentelemetry' or name.startswith('opentelemetry.'):\n"
+    "            raise ImportError(name)\n"
+    "sys.meta_path.insert(0, NoOtel())\n"
+)
+
+
 def test_tracing_asked_for_without_the_sdk_is_a_one_line_configuration_error(
     tmp_path: Path,
 ) -> None:
     """The server runs without the otel extra; asking for traces then says what to install."""
     code = (
-        "import sys\n"
-        "class NoOtel:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'opentelemetry' or name.startswith('opentelemetry.'):\n"
-        "            raise ImportError(name)\n"
-        "sys.meta_path.insert(0, NoOtel())\n"
-        "from aap_server.cli import main\n"
-        "sys.exit(main(['serve', '--port', '1']))\n"
+        WITHOUT_OTEL + "from aap_server.cli import main\nsys.exit(main(['serve', '--port', '1']))\n"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AAP_", "OTEL_"))}
     result = subprocess.run(
@@ -217,12 +221,7 @@ def test_tracing_asked_for_without_the_sdk_is_a_one_line_configuration_error(
 
 def test_the_server_runs_a_turn_without_opentelemetry_installed(tmp_path: Path) -> None:
     code = (
-        "import asyncio, sys\n"
-        "class NoOtel:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'opentelemetry' or name.startswith('opentelemetry.'):\n"
-        "            raise ImportError(name)\n"
-        "sys.meta_path.insert(0, NoOtel())\n"
+        WITHOUT_OTEL + "import asyncio\n"
         "import httpx\n"
         "from aap_server.api import create_app\n"
         "from aap_server.config import Settings\n"
