@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,42 +26,16 @@ from pathlib import Path
 import httpx
 import msgspec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
+from bench._common import start_server
 
 JSON = {"Content-Type": "application/json"}
 UNITS = ("-----BEGIN PRIVATE KEY-----\n", "aa.", "x://a:b@c.de/")
 PAYLOAD_CHARS = 900_000
 HI = {"messages": [{"role": "user", "content": "hi"}]}
-
-
-def start_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {
-        **os.environ,
-        "AAP_PORT": str(port),
-        "AAP_DB": str(Path(workdir) / "attack.db"),
-        "AAP_LOG_LEVEL": "warning",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aap_server.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/meta", timeout=1)
-            return process, base
-        except httpx.TransportError:
-            time.sleep(0.05)
-    process.terminate()
-    raise RuntimeError("aap-server did not start")
 
 
 def aos_payloads() -> list[bytes]:
@@ -161,7 +132,8 @@ def p(values: list[float], q: int) -> float:
 
 async def main(samples: int, attackers: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        process, base = start_server(tmp)
+        db = str(Path(tmp) / "attack.db")
+        process, base = start_server({"AAP_DB": db, "AAP_LOG_LEVEL": "warning"})
         try:
             await measure(base, 20)  # warm up
             quiet = await measure(base, samples)

@@ -23,13 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +41,7 @@ from aap_server.agent import KnowledgeItem
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
+from bench._common import start_server
 
 CORPORA = Path("/work/shared/corpora/guardian")
 _WORD = re.compile(r"\w{3,}")
@@ -80,36 +77,6 @@ CORPUS_WAYS = {
     "pii_presidio_tests": ("reply",),
     "secrets_benign_artifacts": ("reply", "tool result", "tool call"),
 }
-
-
-def start_server(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {
-        **os.environ,
-        "AAP_PORT": str(port),
-        "AAP_DB": str(Path(workdir) / "corpora.db"),
-        "AAP_LOG_LEVEL": "warning",
-        # The corpora are scored, not throttled: the per-principal rate limit is off.
-        "AAP_RATE_LIMIT_PER_SECOND": "0",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aap_server.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/meta", timeout=1)
-            return process, base
-        except httpx.TransportError:
-            time.sleep(0.05)
-    process.terminate()
-    raise RuntimeError("aap-server did not start")
 
 
 def stopped(item: dict[str, Any], verdict: dict[str, Any]) -> bool:
@@ -256,7 +223,13 @@ def main() -> None:
     parser.add_argument("--no-own", action="store_true", help="skip the project's corpus")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        process, base = start_server(workdir)
+        env = {
+            "AAP_DB": str(Path(workdir) / "corpora.db"),
+            "AAP_LOG_LEVEL": "warning",
+            # The corpora are scored, not throttled: the per-principal rate limit is off.
+            "AAP_RATE_LIMIT_PER_SECOND": "0",
+        }
+        process, base = start_server(env)
         try:
             asyncio.run(run(base, args.corpora, args.misses))
         finally:

@@ -14,8 +14,6 @@ starts a second aap-server process on loopback and prints what asking it as a re
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +24,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aap_server import aos
 from aap_server.guardian import Guardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
@@ -44,6 +43,7 @@ from aap_server.runtime.steps import StepFactory, aos_agent
 from aap_server.store.sqlite import SqliteSessionStore
 from agents import discover
 from agents.demo import AGENT as DEMO
+from bench._common import start_server
 
 WORDS = "the quick brown fox jumps over the lazy dog while the team reviews the quarterly plan"
 
@@ -143,12 +143,7 @@ async def share_of_turn(turns: int = 1500) -> None:
 def start_remote(
     workdir: str, extra_env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     env = {
-        **os.environ,
-        "AAP_PORT": str(port),
         "AAP_DB": str(Path(workdir) / "remote.db"),
         "AAP_LOG_LEVEL": "warning",
         # Every check comes from one (open) principal: per-key limits off.
@@ -156,22 +151,8 @@ def start_remote(
         "AAP_MAX_STORED_BYTES": "0",
         **(extra_env or {}),
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aap_server.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/health", timeout=1)
-            return process, f"{base}/aos"
-        except httpx.TransportError:
-            time.sleep(0.05)
-    process.terminate()
-    raise RuntimeError("the remote aap-server did not start")
+    process, base = start_server(env, path="/health")
+    return process, f"{base}/aos"
 
 
 async def with_remote(samples: int = 1000) -> None:

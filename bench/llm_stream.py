@@ -11,18 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aap_server.agent import ModelRequest, UserMessage
 from aap_server.toolkits.llm import LlmAgentSpec, LlmModel
+from bench._common import p99
 from tests.toolkits.fake_openai import FakeOpenAI, fake_openai, text_reply
-
-
-def p99(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
 async def raw_read(fake: FakeOpenAI, client: httpx.AsyncClient) -> int:

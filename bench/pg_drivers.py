@@ -25,6 +25,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aap_server.store.postgres import PostgresSessionStore, PostgresSettings
+from bench._common import p99
 from tests.postgres_cluster import postgres_cluster
 
 SESSION = "sess_bench"
@@ -141,10 +142,6 @@ async def with_psycopg(dsn: str, rounds: int) -> dict[str, list[float]]:
         }
     finally:
         await conn.close()
-
-
-def p99(values: list[float]) -> float:
-    return sorted(values)[max(0, int(len(values) * 0.99) - 1)]
 
 
 async def main(rounds: int) -> None:

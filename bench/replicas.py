@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
 import statistics
 import subprocess
 import sys
@@ -29,56 +28,27 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import launch_server, p99, wait_ready
 from tests.postgres_cluster import postgres_cluster
 
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+_SERVERS = itertools.count(1)  # numbers the servers' log files
 TURN = b'{"messages":[{"role":"user","content":"The quick brown fox jumps over the lazy dog."}]}'
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start(db: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
     env = {
-        **os.environ,
         "AAP_API_KEYS": f"{KEY}:bench:bench",
         "AAP_LOG_LEVEL": "warning",
-        "AAP_PORT": str(port),
         "AAP_DB": db,
         # One key drives the whole load: per-key limits off.
         "AAP_RATE_LIMIT_PER_SECOND": "0",
         "AAP_MAX_CONCURRENT_TURNS": "0",
         "AAP_MAX_SESSIONS": "0",
     }
-    log = (workdir / f"server-{port}.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aap_server.cli", "serve"], env=env, stdout=log, stderr=log
-    )
-    return process, f"http://127.0.0.1:{port}"
-
-
-async def ready(url: str) -> None:
-    async with httpx.AsyncClient(timeout=1) as client:
-        for _ in range(600):
-            try:
-                if (await client.get(f"{url}/meta")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not start")
-
-
-def p99(values: list[float]) -> float:
-    return sorted(values)[max(0, int(len(values) * 0.99) - 1)]
+    log = (workdir / f"server-{next(_SERVERS)}.log").open("wb")
+    return launch_server(env, log)
 
 
 async def drive(urls: list[str], seconds: float, concurrency: int) -> tuple[float, list[float]]:
@@ -140,8 +110,9 @@ async def main(seconds: float, concurrency: int) -> None:
         for name, db, count in setups:
             processes = [start(db, workdir) for _ in range(count)]
             try:
+                for process, url in processes:  # they start side by side
+                    wait_ready(process, url)
                 urls = [url for _, url in processes]
-                await asyncio.gather(*(ready(url) for url in urls))
                 listing = await list_latency(urls[0], 300, 200)
                 rate, latencies = await drive(urls, seconds, concurrency)
                 rows.append((name, rate, latencies, listing))

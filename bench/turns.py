@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,48 +22,23 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import launch_server, p99, wait_ready
 
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 MESSAGE = "The quick brown fox jumps over the lazy dog, fifteen words in all for this echo test."
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_server(port: int, db: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "AAP_API_KEYS": f"{KEY}:bench:bench", "AAP_LOG_LEVEL": "warning"}
+def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    env = {"AAP_API_KEYS": f"{KEY}:bench:bench", "AAP_LOG_LEVEL": "warning", "AAP_DB": str(db)}
     # One key drives the whole load: per-key limits (README "Limits per principal") off.
     env.update(AAP_RATE_LIMIT_PER_SECOND="0", AAP_MAX_CONCURRENT_TURNS="0")
-    command = [
-        sys.executable,
-        "-m",
-        "aap_server.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--db",
-        str(db),
-    ]
-    return subprocess.Popen(command, env=env)
-
-
-async def wait_ready(client: httpx.AsyncClient) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if (await client.get("/meta")).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.05)
-    raise RuntimeError("server did not start")
+    return launch_server(env, log=None)
 
 
 class Connection:
@@ -131,10 +104,6 @@ async def run_for(
     return len(latencies), seconds, latencies
 
 
-def p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100)[98]
-
-
 def report(name: str, count: int, seconds: float, latencies: list[float]) -> float:
     rate = count / seconds
     print(
@@ -145,14 +114,12 @@ def report(name: str, count: int, seconds: float, latencies: list[float]) -> flo
 
 
 async def main(seconds: float, concurrency: int) -> None:
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(port, Path(tmp) / "bench.db")
+        server, base = start_server(Path(tmp) / "bench.db")
+        port = urlsplit(base).port or 80
         try:
-            async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=30
-            ) as client:
-                await wait_ready(client)
+            wait_ready(server, base)
+            async with httpx.AsyncClient(base_url=base, headers=AUTH, timeout=30) as client:
                 sessions = []
                 for _ in range(concurrency):
                     response = await client.post("/sessions", json={"agent": {"name": "demo"}})

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import pytest
@@ -33,6 +33,9 @@ from aap_server.guardian import Guardian, HoldMessage, TextScreen
 
 from .postgres_cluster import PostgresCluster
 from .postgres_cluster import postgres_cluster as start_postgres_cluster
+
+if TYPE_CHECKING:
+    from .toolkits.fake_openai import FakeOpenAI
 
 Verdict = Callable[[aos.AosRequest], aos.AosSuccessResult | None]
 
@@ -61,9 +64,10 @@ class ScriptedGuardian(Guardian):
 
 
 @asynccontextmanager
-async def serve(app: Litestar) -> AsyncIterator[str]:
-    """Run `app` under uvicorn on an ephemeral loopback port; yield its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+async def serve(app: Litestar, lifespan: Literal["on", "off"] = "on") -> AsyncIterator[str]:
+    """Run `app` under uvicorn on an ephemeral loopback port; yield its base URL. A bare ASGI
+    callable (a fake upstream) that only answers HTTP is served with `lifespan="off"`."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     async with asyncio.timeout(10):
@@ -184,6 +188,25 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     if code is not None:
         assert error["code"] == code, error
     return error
+
+
+async def read_body(receive: Callable[[], Awaitable[dict[str, Any]]]) -> bytes:
+    """The whole body of an ASGI HTTP request (for the bare ASGI fakes of upstream servers)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    """A fake OpenAI-compatible endpoint on loopback (tests/toolkits/fake_openai.py)."""
+    from .toolkits.fake_openai import fake_openai  # it imports `serve` from here
+
+    async with fake_openai() as running:
+        yield running
 
 
 async def wait_until(

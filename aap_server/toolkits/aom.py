@@ -17,6 +17,7 @@ this session.
 from __future__ import annotations
 
 import json
+import ssl
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -71,10 +72,19 @@ def _check_url(url: Any) -> str:
     return url
 
 
+@cache
+def _tls() -> ssl.SSLContext:
+    """The TLS settings of every AOM request, built once: loading the CA bundle costs more
+    than a small request on loopback."""
+    return httpx.create_ssl_context()
+
+
 async def _fetch_json(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
     """The status and JSON a site answers, read up to MAX_AOM_RESPONSE_BYTES."""
     async with (
-        httpx.AsyncClient(timeout=AOM_TIMEOUT_SECONDS, follow_redirects=False) as client,
+        httpx.AsyncClient(
+            timeout=AOM_TIMEOUT_SECONDS, follow_redirects=False, verify=_tls()
+        ) as client,
         client.stream(method, url, json=body, headers={"Accept": "application/json"}) as response,
     ):
         chunks: list[bytes] = []

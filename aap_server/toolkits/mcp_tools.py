@@ -233,8 +233,9 @@ class McpToolset:
         self._lock = asyncio.Lock()
         # Pins of the tools this server was first seen with: tool name -> sha256.
         self.pins: dict[str, str] = {}
-        # The pins the live connection's screened listing matched (None: list again first).
-        self._verified: dict[str, str] | None = None
+        # Whether the live connection's tool list was screened and compared with the pins
+        # (cleared on connect and when the server says its list changed).
+        self._verified = False
         self._changed: dict[str, str] = {}
         self._message_id = 0
         self.listed: list[McpTool] = []
@@ -325,7 +326,7 @@ class McpToolset:
         return self._message_id
 
     def _list_changed(self) -> None:
-        self._verified = None
+        self._verified = False
 
     async def _session(self, context: ToolContext) -> Any:
         """The live session, opened (and its tool list screened and compared) if need be."""
@@ -333,7 +334,7 @@ class McpToolset:
             connection = self._connection
             if connection is None or not connection.alive:
                 await self._connect(context)
-            if self._verified is None:
+            if not self._verified:
                 await self._verify(self._live, context)
             return self._live
 
@@ -362,7 +363,7 @@ class McpToolset:
         except BaseException:
             await connection.close()
             raise
-        self._connection, self._live, self._verified = connection, session, None
+        self._connection, self._live, self._verified = connection, session, False
 
     async def _verify(self, session: Any, context: ToolContext) -> None:
         """List the tools through the guardian and compare them with the pins."""
@@ -387,7 +388,7 @@ class McpToolset:
                 now[:12],
             )
         self._changed = changed
-        self._verified = seen
+        self._verified = True
 
     async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> str:
         """Call one tool: the request and its answer each go through the guardian."""

@@ -239,9 +239,8 @@ async def _open(
             if asked <= limits.max_retry_wait_seconds:
                 await sleep(asked)
                 continue
-            delay = asked
             raise UpstreamError(
-                f"{url} answered {status} and asked to retry after {delay:g} s, longer than "
+                f"{url} answered {status} and asked to retry after {asked:g} s, longer than "
                 f"max_retry_wait_seconds ({limits.max_retry_wait_seconds:g}): {message}"
             )
         tries = f" after {attempt + 1} attempts" if attempt else ""

@@ -1,13 +1,17 @@
-"""A real `aap-server serve` process on a free loopback port, for what needs signals."""
+"""A real `aap-server serve` process on a free loopback port, for what needs signals; and the
+pieces other tests start their own server processes with (a free port, waiting until one
+serves)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,6 +25,43 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+async def until_serving(
+    process: asyncio.subprocess.Process,
+    url: str,
+    log: Path,
+    headers: dict[str, str] | None = None,
+    within: float = 30,
+) -> None:
+    """Return once `GET url` answers 200; fail with the process's log if it exits first."""
+    async with asyncio.timeout(within), httpx.AsyncClient(timeout=1, headers=headers) as client:
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            if process.returncode is not None:
+                failed = log.read_text()  # noqa: ASYNC240 - once, the start having failed
+                raise RuntimeError(f"{url} did not start: {failed}")
+            await asyncio.sleep(0.05)
+
+
+def wait_serving(
+    process: subprocess.Popen[bytes],
+    url: str,
+    log: Path,
+    headers: dict[str, str] | None = None,
+    within: float = 30,
+) -> None:
+    """`until_serving` for a process started with `subprocess.Popen` (sync fixtures)."""
+    deadline = time.monotonic() + within
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url, headers=headers, timeout=1).status_code == 200:
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not start: {log.read_text()}")
+        time.sleep(0.05)
 
 
 @dataclass
@@ -63,16 +104,7 @@ async def server_process(workdir: Path, **env: str) -> AsyncIterator[ServerProce
         )
     running = ServerProcess(process, f"http://127.0.0.1:{port}", log)
     try:
-        async with asyncio.timeout(30), httpx.AsyncClient(timeout=1) as client:
-            while True:
-                try:
-                    if (await client.get(f"{running.base_url}/meta")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if process.returncode is not None:
-                    raise RuntimeError(f"aap-server did not start: {log.read_text()}")
-                await asyncio.sleep(0.05)
+        await until_serving(process, f"{running.base_url}/meta", log)
         yield running
     finally:
         if process.returncode is None:

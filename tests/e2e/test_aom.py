@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from aap_server.toolkits.aom import MAX_AOM_RESPONSE_BYTES, aom_validator
-from tests.conftest import serve
+from tests.conftest import read_body, serve
 from tests.e2e.test_mcp_knowledge_memory import RecordingGuardian, agent_table, running, steps
-from tests.toolkits.fake_openai import FakeOpenAI, fake_openai, text_reply, tool_calls_reply
+from tests.toolkits.fake_openai import FakeOpenAI, text_reply, tool_calls_reply
 
 # The AOM spec's shipped examples (specs/aom/examples, MIT: see aom_examples/LICENSE).
 EXAMPLES = Path(__file__).resolve().parent / "aom_examples"
@@ -43,20 +43,7 @@ class Site:
     broken: dict[str, Any] = field(default_factory=dict)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         path = scope["path"]
         status, answer = 404, {"error": "no such page"}
         if path in self.broken:
@@ -80,15 +67,9 @@ class Site:
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
     running_site = Site()
-    async with serve(running_site) as base_url:  # type: ignore[arg-type]
+    async with serve(running_site, lifespan="off") as base_url:  # type: ignore[arg-type]
         running_site.base_url = base_url
         yield running_site
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with fake_openai() as running_fake:
-        yield running_fake
 
 
 def tables(fake: FakeOpenAI) -> str:

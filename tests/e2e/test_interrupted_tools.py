@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -21,22 +19,16 @@ from aap_server.config import Settings
 from aap_server.runtime.tool_runs import INTERRUPTED
 from tests.conftest import KEYS, harness, wait_until
 from tests.e2e.interrupt_server import slow_agent
+from tests.e2e.server_process import free_port, wait_serving
 
 ALICE = {"Authorization": "Bearer key-alice"}
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def server_process(db: Path, marker: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A real aap-server process hosting the `slow` agent; yields its base URL and itself."""
-    port = _free_port()
+    port = free_port()
     log = db.with_suffix(".log")
     with log.open("ab") as output:
         process = subprocess.Popen(
@@ -48,14 +40,7 @@ def server_process(db: Path, marker: Path) -> Iterator[tuple[str, subprocess.Pop
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/meta", headers=ALICE, timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, log.read_text()
-            time.sleep(0.05)
+        wait_serving(process, f"{base}/meta", log, ALICE)
         yield base, process
     finally:
         if process.poll() is None:

@@ -26,7 +26,6 @@ from tests.toolkits.fake_openai import (
     Reply,
     chunk,
     error_reply,
-    fake_openai,
     text_reply,
     tool_calls_reply,
 )
@@ -80,12 +79,6 @@ async def llm_server(
         ) as client,
     ):
         yield client
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with fake_openai() as running:
-        yield running
 
 
 async def new_session(client: httpx.AsyncClient, **agent: Any) -> str:

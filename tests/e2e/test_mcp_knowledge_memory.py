@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -23,7 +22,8 @@ from aap_server.config import load_settings
 from aap_server.guardian.policy import default_policy, load_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.conftest import assert_error, serve, wait_until
-from tests.toolkits.fake_openai import FakeOpenAI, fake_openai, text_reply, tool_calls_reply
+from tests.e2e.server_process import free_port
+from tests.toolkits.fake_openai import FakeOpenAI, text_reply, tool_calls_reply
 
 REPO = Path(__file__).resolve().parents[2]
 NOTES_SERVER = ["-m", "tests.toolkits.mcp_notes_server"]
@@ -96,12 +96,6 @@ async def running(
         ) as client,
     ):
         yield client
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with fake_openai() as running_fake:
-        yield running_fake
 
 
 async def turn(
@@ -274,13 +268,6 @@ async def test_the_published_mcp_server_time_package_serves_its_tools(
     result = json.loads(answer["messages"][1]["content"])
     assert result["timezone"] == "Europe/Paris"
     assert steps(audit).count(("protocols/MCP", "allow")) == 6
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def test_a_streamable_http_mcp_server_is_reached_over_its_url(

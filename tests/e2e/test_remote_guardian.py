@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import msgspec
 import pytest
 
@@ -26,6 +23,7 @@ from aap_server.config import RemoteGuardianSettings, Settings
 from aap_server.protocol import AuditEntry
 from tests.conftest import KEYS, Harness, ScriptedGuardian, harness
 from tests.e2e.guardian_helpers import create_session, run_turn, tool_line
+from tests.e2e.server_process import free_port, wait_serving
 
 REMOTE_KEY = "guardian-key"
 REMOTE_POLICY = """
@@ -53,19 +51,12 @@ modify.redact = ["pii.email"]
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def remote_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A second aap-server process exposing `/aos` with REMOTE_POLICY."""
     workdir = tmp_path_factory.mktemp("remote")
     (workdir / "policy.toml").write_text(REMOTE_POLICY)
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "AAP_PORT": str(port),
@@ -84,16 +75,7 @@ def remote_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the remote aap-server did not start: {log.read_text()}")
-            time.sleep(0.05)
+        wait_serving(process, f"{base}/health", log)
         yield f"{base}/aos"
     finally:
         process.terminate()
@@ -257,7 +239,7 @@ WRONG_ID = "wrong-id"
 @asynccontextmanager
 async def _faulty_remote(fault: str) -> AsyncIterator[str]:
     if fault == UNREACHABLE:
-        yield f"http://127.0.0.1:{_free_port()}/aos"  # nothing listens there
+        yield f"http://127.0.0.1:{free_port()}/aos"  # nothing listens there
         return
     answers = {
         HANGING: None,

@@ -5,7 +5,6 @@ own cluster (tests/postgres_cluster.py), a fresh database per test."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
@@ -23,7 +22,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from tests.conftest import assert_error
-from tests.e2e.server_process import ServerProcess, free_port, server_process
+from tests.e2e.server_process import ServerProcess, free_port, server_process, until_serving
 from tests.e2e.test_aos_endpoint import step
 from tests.postgres_cluster import PostgresCluster
 
@@ -232,14 +231,8 @@ async def slow_replica(dsn: str, marker: Path, log: Path) -> tuple[str, asyncio.
             stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(timeout=1) as probe:
-        for _ in range(600):
-            with contextlib.suppress(httpx.TransportError):
-                if (await probe.get(f"{base}/meta", headers=ALICE)).status_code == 200:
-                    return base, process
-            assert process.returncode is None, runs(log)
-            await asyncio.sleep(0.05)
-    raise AssertionError(runs(log))
+    await until_serving(process, f"{base}/meta", log, ALICE)
+    return base, process
 
 
 async def test_a_tool_running_on_one_replica_is_not_closed_by_another_until_its_replica_dies(

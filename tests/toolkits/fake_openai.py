@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.conftest import serve
+from tests.conftest import read_body, serve
 
 DONE = b"data: [DONE]\n\n"
 
@@ -136,20 +136,7 @@ class FakeOpenAI:
         self.replies.extend(replies)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.requests.append(Recorded(scope["path"], headers, json.loads(body or b"{}")))
         reply = self.replies.popleft() if self.replies else error_reply(500, "no reply scripted")
@@ -176,6 +163,6 @@ class FakeOpenAI:
 async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     """A running fake; its `base_url` ends in `/v1` like OpenAI's."""
     fake = FakeOpenAI()
-    async with serve(fake) as base_url:  # type: ignore[arg-type]
+    async with serve(fake, lifespan="off") as base_url:  # type: ignore[arg-type]
         fake.base_url = f"{base_url}/v1"
         yield fake

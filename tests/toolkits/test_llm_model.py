@@ -7,7 +7,7 @@ import asyncio
 import email.utils
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -38,7 +38,6 @@ from tests.toolkits.fake_openai import (
     call_start,
     chunk,
     error_reply,
-    fake_openai,
     frame,
     text_reply,
     tool_calls_reply,
@@ -46,12 +45,6 @@ from tests.toolkits.fake_openai import (
 )
 
 KEY = "sk-configured-0123456789abcdef"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with fake_openai() as running:
-        yield running
 
 
 class Sleeps:
