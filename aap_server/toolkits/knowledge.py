@@ -140,9 +140,11 @@ class KnowledgeBase(Knowledge):
             for path in sorted(folder.rglob("*")):
                 if path.suffix.lower() not in SUFFIXES and path.suffix.lower() != PDF:
                     continue
-                if not path.is_file() or any(p.startswith(".") for p in path.parts[-1:]):
+                parts = path.relative_to(folder).parts
+                # Hidden files and everything in hidden folders (.git and the like) stay out.
+                if not path.is_file() or any(part.startswith(".") for part in parts):
                     continue
-                relative = path.relative_to(folder).as_posix()
+                relative = "/".join(parts)
                 key = relative if len(self.folders) == 1 else f"{number}/{relative}"
                 found[key] = (folder, path)
         return found

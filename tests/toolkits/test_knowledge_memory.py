@@ -33,6 +33,14 @@ def base(folder: Path, **options: object) -> KnowledgeBase:
     return KnowledgeBase([folder], rescan_seconds=0, **options)  # type: ignore[arg-type]
 
 
+def test_hidden_files_and_folders_are_not_indexed(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "notes.md").write_text("zebra in a hidden folder")
+    (tmp_path / ".hidden.md").write_text("zebra in a hidden file")
+    (tmp_path / "seen.md").write_text("zebra in plain sight")
+    assert [item.id for item in KnowledgeBase([tmp_path]).search("zebra")] == ["seen.md#1"]
+
+
 def test_best_matches_come_first_with_their_ids(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("Tea tea tea. Green tea is best.", encoding="utf-8")
     (tmp_path / "b.txt").write_text("Coffee, and once a tea.", encoding="utf-8")
