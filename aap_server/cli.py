@@ -223,7 +223,7 @@ def audit_verify(args: argparse.Namespace) -> int:
     """Check every audit hash chain; exit 1 naming each chain that breaks and where."""
     import asyncio
 
-    from aap_server.store.select import open_store
+    from aap_server.store.select import store_for_db
     from aap_server.store.verify import verify_store
 
     settings = _settings(args)
@@ -237,7 +237,7 @@ def audit_verify(args: argparse.Namespace) -> int:
 
     async def run() -> tuple[int, int, int]:
         chains = entries = broken = 0
-        store = open_store(settings.db)
+        store = store_for_db(settings.db)
         await store.open()
         try:
             async for report in verify_store(store):
