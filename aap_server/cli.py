@@ -64,7 +64,7 @@ def decide_access(settings: Settings) -> AccessDecision:
     )
 
 
-DB_HELP = "SQLite database file (default ./aap.db), or a postgresql:// URL"
+DB_HELP = "SQLite database file (default ./aap.db) or a postgresql:// URL"
 
 
 def check_database(path: str) -> None:
@@ -223,7 +223,7 @@ def audit_verify(args: argparse.Namespace) -> int:
     """Check every audit hash chain; exit 1 naming each chain that breaks and where."""
     import asyncio
 
-    from aap_server.store.select import open_store
+    from aap_server.store.select import store_for_db
     from aap_server.store.verify import verify_store
 
     settings = _settings(args)
@@ -237,7 +237,7 @@ def audit_verify(args: argparse.Namespace) -> int:
 
     async def run() -> tuple[int, int, int]:
         chains = entries = broken = 0
-        store = open_store(settings.db)
+        store = store_for_db(settings.db)
         await store.open()
         try:
             async for report in verify_store(store):
@@ -299,9 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser = commands.add_parser("serve", help="serve the configured agents over AAP v3")
     serve_parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default 8000)")
-    serve_parser.add_argument(
-        "--db", help="SQLite database file (default ./aap.db) or a postgresql:// URL"
-    )
+    serve_parser.add_argument("--db", help=DB_HELP)
     serve_parser.add_argument("--config", help="TOML configuration file")
     serve_parser.add_argument(
         "--allow-open",
@@ -325,9 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_parser = audit_commands.add_parser(
         "verify", help="check every audit hash chain (exit 1 if one breaks)"
     )
-    verify_parser.add_argument(
-        "--db", help="SQLite database file (default ./aap.db) or a postgresql:// URL"
-    )
+    verify_parser.add_argument("--db", help=DB_HELP)
     verify_parser.add_argument("--config", help="TOML configuration file")
     verify_parser.set_defaults(handler=audit_verify)
 

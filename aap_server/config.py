@@ -246,7 +246,12 @@ def parse_guardians(text: str, source: str) -> list[dict[str, Any]]:
     text = text.strip()
     if text.startswith("["):
         return parse_json_array(text, source)
-    return [{"url": url.strip()} for url in text.split(",") if url.strip()]
+    return [{"url": url} for url in comma_list(text)]
+
+
+def comma_list(text: str) -> list[str]:
+    """The non-empty items of a comma-separated environment value, stripped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def convert_agents(entries: Any, where: str, environ: Mapping[str, str]) -> list[LlmAgentSpec]:
@@ -311,12 +316,10 @@ def load_settings(
                 value = parse_api_keys(value, variable)
             elif name == "guardians":
                 value = parse_guardians(value, variable)
-            elif name == "cors_origins":
-                value = [origin.strip() for origin in value.split(",") if origin.strip()]
             elif name == "agents":
                 value = convert_agents(parse_json_array(value, variable), variable, environ)
-            elif name in ("agent_modules", "a2a_agents"):
-                value = [ref.strip() for ref in value.split(",") if ref.strip()]
+            elif name in ("cors_origins", "agent_modules", "a2a_agents"):
+                value = comma_list(value)
             raw[name] = value
             source[name] = variable
     for name, value in (overrides or {}).items():

@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -44,11 +44,11 @@ from aap_server.runtime import AapService, AgentRegistry, RequestLimits
 from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.loading import load_agents
 from aap_server.store import SessionStore, StoreLimits
+from aap_server.store.select import store_for_db
 from aap_server.telemetry import Telemetry, provider_from_environment, tracer_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
-from aap_server.store.select import open_store as store_for_db
 
 logger = logging.getLogger("aap_server")
 
@@ -78,12 +78,18 @@ def package_version() -> str:
         return "0.0.0"
 
 
+def guardian_names(settings: Settings) -> list[str]:
+    """The in-process guardian's name, then each configured remote's, in order. Not the
+    URL's host: names show in the public health report and in verdicts."""
+    remotes = enumerate(settings.guardians, start=1)
+    return ["in-process"] + [remote.name or f"remote-{number}" for number, remote in remotes]
+
+
 def with_remote_guardians(guardian: Guardian, settings: Settings) -> GuardianChain:
     """`guardian` first, then each configured remote guardian in order."""
-    members = [ChainMember(guardian, "in-process", settings.guardian_timeout_seconds)]
-    for number, remote in enumerate(settings.guardians, start=1):
-        # Not the URL's host: names show in the public health report and in verdicts.
-        name = remote.name or f"remote-{number}"
+    names = guardian_names(settings)
+    members = [ChainMember(guardian, names[0], settings.guardian_timeout_seconds)]
+    for name, remote in zip(names[1:], settings.guardians, strict=True):
         client = RemoteGuardian(
             remote.url, name=name, timeout_seconds=remote.timeout_seconds, api_key=remote.api_key
         )
@@ -105,6 +111,35 @@ async def log_guardian_health(guardian: Guardian) -> None:
                 status.detail,
                 outcome,
             )
+
+
+class GuardianSetup(NamedTuple):
+    guardian: Guardian
+    # How long a step may wait for the whole chain of guardians.
+    budget_seconds: float
+    # The policy the in-process guardian loaded (None: a guardian was given), for the banner.
+    policy: Policy | None
+    # Reloads the policy file when it changes (None: no file, or a guardian was given).
+    reloader: PolicyReloader | None
+
+
+def assemble_guardian(settings: Settings, given: Guardian | None) -> GuardianSetup:
+    """`given` (else the policy guardian the settings name), then the remote guardians, all
+    under the AOM guardian that enforces AOM surfaces' automation_policy."""
+    policy: Policy | None = None
+    reloader: PolicyReloader | None = None
+    guardian = given
+    if guardian is None:
+        policy = load_policy(settings.policy) if settings.policy else default_policy()
+        policy_guardian = PolicyGuardian(policy)
+        if settings.policy:
+            reloader = PolicyReloader(policy_guardian, settings.policy)
+        guardian = policy_guardian
+    budget = settings.guardian_timeout_seconds
+    if settings.guardians:
+        chain = with_remote_guardians(guardian, settings)
+        guardian, budget = chain, chain.budget_seconds
+    return GuardianSetup(AomGuardian(guardian), budget, policy, reloader)
 
 
 def create_app(
@@ -141,29 +176,13 @@ def create_app(
         max_concurrent_aos_requests=settings.max_concurrent_aos_requests,
     )
     # One guardian: the turn engine's and POST /aos's.
-    reloader: PolicyReloader | None = None
-    policy: Policy | None = None  # for the start-up banner
-    if guardian is None:
-        policy = load_policy(settings.policy) if settings.policy else default_policy()
-        policy_guardian = PolicyGuardian(policy)
-        if settings.policy:
-            reloader = PolicyReloader(policy_guardian, settings.policy)
-        guardian = policy_guardian
-    guardian_names = ["in-process"] + [
-        g.name or f"remote-{n}" for n, g in enumerate(settings.guardians, 1)
-    ]
-    guardian_budget = settings.guardian_timeout_seconds
-    if settings.guardians:
-        chain = with_remote_guardians(guardian, settings)
-        guardian, guardian_budget = chain, chain.budget_seconds
+    guardian, guardian_budget, policy, reloader = assemble_guardian(settings, guardian)
     app_version = package_version()
     own_provider = None
     if tracer_provider is None:
         tracer_provider = own_provider = provider_from_environment(app_version)
     tracer = tracer_of(tracer_provider, app_version) if tracer_provider is not None else None
     telemetry = Telemetry(app_version, tracer)
-    # AOM surfaces' automation_policy, on top of whichever guardian decides the rest.
-    guardian = AomGuardian(guardian)
     service = AapService(
         registry=AgentRegistry(hosted_agents),
         store=store,
@@ -189,7 +208,14 @@ def create_app(
 
     async def open_store() -> None:
         await store.open()
-        log_banner(settings, hosted_agents, policy, guardian_names, app_version, tracer is not None)
+        log_banner(
+            settings,
+            hosted_agents,
+            policy,
+            guardian_names(settings),
+            app_version,
+            tracer is not None,
+        )
         watcher.append(
             asyncio.create_task(prune_audit_forever(store, settings.audit_retention_days))
         )

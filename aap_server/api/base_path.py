@@ -5,10 +5,9 @@ Litestar strips before routing."""
 
 from __future__ import annotations
 
-import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from aap_server.protocol import ErrorDetail, ErrorResponse
+from aap_server.api.errors import send_error
 
 
 class BasePathMount:
@@ -27,9 +26,4 @@ class BasePathMount:
             await self.app(scope, receive, send)
             return
         message = f"{path}: not found; every endpoint is under {self.base_path}/"
-        body = msgspec.json.encode(
-            ErrorResponse(error=ErrorDetail(code="not_found", message=message))
-        )
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await send_error(send, 404, "not_found", message)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import msgspec
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from aap_server.protocol import ErrorDetail, ErrorResponse
+from aap_server.api.errors import send_error, send_response
 
 # What AAP clients use: GET/POST/DELETE, a bearer key, JSON bodies, SSE (`Accept:
 # text/event-stream`, `Last-Event-ID` and `Cache-Control` from EventSource-style readers), and
@@ -102,12 +101,9 @@ class CorsMiddleware:
         if problem is not None:
             # No Access-Control-Allow-* headers: the browser refuses; the body says why to
             # whoever looks (errors are JSON everywhere).
-            body = msgspec.json.encode(
-                ErrorResponse(error=ErrorDetail(code="cors_refused", message=problem))
-            )
-            await _respond(send, 403, [(b"content-type", b"application/json")], body)
+            await send_error(send, 403, "cors_refused", problem)
             return
-        await _respond(
+        await send_response(
             send,
             204,
             [
@@ -118,11 +114,3 @@ class CorsMiddleware:
             ],
             b"",
         )
-
-
-async def _respond(
-    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

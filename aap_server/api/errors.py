@@ -11,6 +11,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import Send
 
 from aap_server.protocol import ErrorDetail, ErrorResponse
 from aap_server.runtime import (
@@ -48,6 +49,12 @@ CODE_BY_STATUS = {
 }
 
 
+def _error_body(code: str, message: str, details: Any = None) -> bytes:
+    return msgspec.json.encode(
+        ErrorResponse(error=ErrorDetail(code=code, message=message, details=details))
+    )
+
+
 def error_response(
     status: int,
     code: str,
@@ -55,10 +62,23 @@ def error_response(
     details: Any = None,
     headers: dict[str, str] | None = None,
 ) -> Response[bytes]:
-    body = msgspec.json.encode(
-        ErrorResponse(error=ErrorDetail(code=code, message=message, details=details))
-    )
+    body = _error_body(code, message, details)
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+async def send_response(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """A whole response straight on the ASGI `send`, for the layers in front of Litestar."""
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(send: Send, status: int, code: str, message: str) -> None:
+    """Our JSON error straight on the ASGI `send`, for the layers in front of Litestar."""
+    body = _error_body(code, message)
+    await send_response(send, status, [(b"content-type", b"application/json")], body)
 
 
 def handle_domain_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:

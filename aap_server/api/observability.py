@@ -86,21 +86,22 @@ class ObservabilityMiddleware:
             labels = (method if method in _METHODS else "other", route, str(status))
             metrics.requests.labels(*labels).inc()
             metrics.request_seconds.labels(*labels).observe(seconds)
-            access_log.info(
-                "%s %s %d %.1fms",
-                method,
-                path,
-                status,
-                seconds * 1000,
-                extra={
-                    "method": method,
-                    "path": path,
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 3),
-                    "client": _client(scope),
-                },
-            )
+            if access_log.isEnabledFor(logging.INFO):  # else skip building its fields
+                access_log.info(
+                    "%s %s %d %.1fms",
+                    method,
+                    path,
+                    status,
+                    seconds * 1000,
+                    extra={
+                        "method": method,
+                        "path": path,
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(seconds * 1000, 3),
+                        "client": _client(scope),
+                    },
+                )
             if span is not None:
                 end_request_span(span, span_token, method, template, status)
             current_request.reset(token)

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
 
-from aap_server.protocol import AuditEntry, HistoryMessage
+from aap_server.protocol import HistoryMessage
 from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
     HistoryKind,
-    QuotaExceededError,
     SessionPage,
     SessionRecord,
     SessionStore,
@@ -39,28 +37,33 @@ from aap_server.store.base import (
     StoreUnavailableError,
     TurnSnapshot,
 )
-from aap_server.store.migrations import SchemaVersionError
-from aap_server.store.postgres_schema import CREATE_VERSION_TABLE, MIGRATION_LOCK, MIGRATIONS
-from aap_server.store.sqlite import (
-    _ENCODER,
-    _decode_history,
-    _decode_state,
-    _EncodedStep,
-    _record,
+from aap_server.store.codec import (
+    AUDIT_DECODER,
+    ENCODER,
+    EncodedStep,
     chain_rows,
+    check_drop,
+    check_quota,
     decode_audit_cursor,
     decode_cursor,
+    decode_history,
+    decode_record,
+    decode_state,
     encode_audit_cursor,
     encode_cursor,
     encode_step,
+    now_ms,
+    prunable_through,
+    session_row,
 )
+from aap_server.store.migrations import SchemaVersionError
+from aap_server.store.postgres_schema import CREATE_VERSION_TABLE, MIGRATION_LOCK, MIGRATIONS
 
 __all__ = ["PostgresSessionStore", "PostgresSettings"]
 
 logger = logging.getLogger("aap_server.store")
 
 _T = TypeVar("_T")
-_AUDIT_DECODER = msgspec.json.Decoder(AuditEntry)
 
 # What a lost or refused connection looks like; anything else is a real error.
 _TRANSIENT: tuple[type[BaseException], ...] = (
@@ -222,10 +225,6 @@ _RENEW_LEASE = (
 _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = $1 AND turn_id = $2"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # --- operations inside one transaction --------------------------------------------------------
 
 if TYPE_CHECKING:  # what the pool hands out: a proxy with the whole Connection API
@@ -259,34 +258,23 @@ async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraf
 async def _check_quota(
     conn: Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
 ) -> None:
-    if not limits.max_sessions and not limits.max_stored_bytes:
-        return
-    row = await conn.fetchrow(_USAGE, owner)
-    sessions, stored = (row[0], row[1]) if row else (0, 0)
-    if limits.max_sessions and new_sessions and sessions + new_sessions > limits.max_sessions:
-        raise QuotaExceededError("sessions", limits.max_sessions, sessions)
-    if limits.max_stored_bytes and stored + new_bytes > limits.max_stored_bytes:
-        raise QuotaExceededError("stored_bytes", limits.max_stored_bytes, stored)
+    if limits.max_sessions or limits.max_stored_bytes:  # else no need to read the counters
+        check_quota(limits, await conn.fetchrow(_USAGE, owner), new_sessions, new_bytes)
 
 
-async def _commit(conn: Connection, session_id: str, step: _EncodedStep) -> None:
+async def _commit(conn: Connection, session_id: str, step: EncodedStep) -> None:
     owner = await conn.fetchval(_LOCK_SESSION, session_id)  # serialises steps per session
     if owner is None:
         raise KeyError(session_id)
-    if step.agent is not None or step.set_tools or step.pending is not None:
+    if step.updates_session:
         await conn.execute(
             _UPDATE_SESSION, step.agent, step.set_tools, step.tools, step.pending, session_id
         )
-    added = sum(map(len, step.full)) + sum(map(len, step.compacted))
-    added += sum(map(len, step.replacement))
+    added = step.appended_bytes
     await _append(conn, "full", session_id, step.full)
     if step.drop:
         oldest = await conn.fetch(_OLDEST_COMPACTED, session_id, step.drop)
-        if len(oldest) < step.drop:
-            raise ValueError(
-                f"compaction drops {step.drop} messages but the compacted history "
-                f"has only {len(oldest)}"
-            )
+        check_drop(step.drop, len(oldest))
         seqs = [row[0] for row in oldest]
         added -= sum(row[1] for row in oldest)
         await conn.execute(_DROP_COMPACTED, session_id, seqs[-1])
@@ -326,14 +314,9 @@ async def _prune(conn: Connection, before_ms: int, batch: int) -> int:
         await conn.execute(_DROP_CHAIN, chain)
         removed += 1
     for chain, owner in await conn.fetch(_CALLER_CHAINS):
-        rows = await conn.fetch(_OLDEST_ENTRIES, chain, batch + 1)
-        if len(rows) <= batch:
-            rows = rows[:-1]  # the newest entry anchors the chain: never pruned
-        old = 0
-        while old < len(rows) and rows[old][1] < before_ms:
-            old += 1
-        if old:
-            last_seq, _, last_hash = rows[old - 1]
+        oldest = await conn.fetch(_OLDEST_ENTRIES, chain, batch + 1)
+        if through := prunable_through(oldest, batch, before_ms):
+            last_seq, last_hash = through
             removed += await _drop(conn, owner, _DROP_ENTRIES_THROUGH, chain, last_seq)
             await conn.execute(_MOVE_CHAIN_START, last_seq + 1, last_hash, chain)
     return removed
@@ -461,17 +444,9 @@ class PostgresSessionStore(SessionStore):
         audit: Sequence[AuditDraft] = (),
         guardian_memory: bytes | None = None,
     ) -> None:
-        encode = _ENCODER.encode
         session_id, owner = record.session_id, record.owner
-        row = (
-            session_id,
-            owner,
-            encode(record.agent),
-            None if record.tools is None else encode(record.tools),
-            encode(record.pending),
-            _now_ms(),
-        )
-        messages = [encode(m) for m in seed]
+        row = session_row(record)
+        messages = [ENCODER.encode(m) for m in seed]
         limits = self._limits
 
         async def create(conn: Connection) -> None:
@@ -498,7 +473,7 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetchrow(_SELECT_SESSION, session_id, owner)
 
         row = await self._run(read)
-        return None if row is None else _record(session_id, owner, *row)
+        return None if row is None else decode_record(session_id, owner, *row)
 
     async def list_sessions(self, owner: str, after: str | None, limit: int) -> SessionPage:
         if limit < 1:
@@ -513,7 +488,7 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetch(sql, *params)
 
         rows = await self._run(read)
-        sessions = [_record(r[0], owner, r[1], r[2], r[3]) for r in rows[:limit]]
+        sessions = [decode_record(r[0], owner, r[1], r[2], r[3]) for r in rows[:limit]]
         more = len(rows) > limit
         return SessionPage(
             sessions=sessions, next=encode_cursor(sessions[-1].session_id) if more else None
@@ -526,7 +501,7 @@ class PostgresSessionStore(SessionStore):
             size = await conn.fetchval(_SESSION_SIZE, session_id)
             await conn.execute(_DELETE_SESSION, session_id)  # its rows go by ON DELETE CASCADE
             await conn.execute(_ADD_USAGE, owner, -1, -size)
-            await conn.execute(_END_CHAIN, _now_ms(), session_id)
+            await conn.execute(_END_CHAIN, now_ms(), session_id)
             return True
 
         return await self._run(delete, write=True)
@@ -539,7 +514,7 @@ class PostgresSessionStore(SessionStore):
         async def read(conn: Connection) -> list[Any]:
             return await conn.fetch(sql, session_id)
 
-        return _decode_history(await self._run(read))
+        return decode_history(await self._run(read))
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits
@@ -560,9 +535,9 @@ class PostgresSessionStore(SessionStore):
             return None
         row, history, state, memory = found
         return TurnSnapshot(
-            record=_record(session_id, owner, *row),
-            compacted=_decode_history(history),
-            state=_decode_state([(r[0], r[1]) for r in state]),
+            record=decode_record(session_id, owner, *row),
+            compacted=decode_history(history),
+            state=decode_state(state),
             guardian_memory=memory,
         )
 
@@ -574,7 +549,7 @@ class PostgresSessionStore(SessionStore):
         async def read(conn: Connection) -> list[Any]:
             return await conn.fetch(_SELECT_STATE, session_id)
 
-        return _decode_state([(r[0], r[1]) for r in await self._run(read)])
+        return decode_state(await self._run(read))
 
     # -- audit ------------------------------------------------------------------------------
 
@@ -587,7 +562,7 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetch(_SELECT_AUDIT, chain, after_seq, limit + 1)
 
         rows = await self._run(read)
-        entries = [_AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
+        entries = [AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
         more = len(rows) > limit
         return AuditPage(
             records=entries, next=encode_audit_cursor(entries[-1].seq) if more else None

@@ -13,7 +13,7 @@ def is_postgres(db: str) -> bool:
     return db.startswith(POSTGRES_SCHEMES)
 
 
-def open_store(
+def store_for_db(
     db: str,
     limits: StoreLimits | None = None,
     *,

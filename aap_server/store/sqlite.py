@@ -14,26 +14,18 @@ the history before it.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 import sqlite3
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import aiosqlite
-import msgspec
 
-from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
-from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash
+from aap_server.protocol import HistoryMessage
+from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
     HistoryKind,
-    InvalidCursorError,
-    PendingToolCall,
-    QuotaExceededError,
     SessionPage,
     SessionRecord,
     SessionStore,
@@ -41,73 +33,33 @@ from aap_server.store.base import (
     StoreLimits,
     TurnSnapshot,
 )
+from aap_server.store.codec import (
+    AUDIT_DECODER,
+    ENCODER,
+    EncodedStep,
+    SessionRow,
+    chain_rows,
+    check_drop,
+    check_quota,
+    decode_audit_cursor,
+    decode_cursor,
+    decode_history,
+    decode_record,
+    decode_state,
+    encode_audit_cursor,
+    encode_cursor,
+    encode_step,
+    now_ms,
+    prunable_through,
+    session_row,
+)
 from aap_server.store.migrations import migrate
 
-__all__ = ["SqliteSessionStore", "decode_cursor", "encode_cursor"]
+__all__ = ["SqliteSessionStore"]
 
 _T = TypeVar("_T")
 
-_ENCODER = msgspec.json.Encoder()
-_HISTORY_DECODER = msgspec.json.Decoder(list[HistoryMessage])
-_AGENT_DECODER = msgspec.json.Decoder(AgentConfig)
-_TOOLS_DECODER = msgspec.json.Decoder(list[ToolSpec])
-_PENDING_DECODER = msgspec.json.Decoder(list[PendingToolCall])
-_ANY_DECODER = msgspec.json.Decoder()
-_AUDIT_DECODER = msgspec.json.Decoder(AuditEntry)
-
 _BUSY_TIMEOUT_MS = 5000
-
-# --- cursors -----------------------------------------------------------------------------
-# A cursor is the unpadded urlsafe base64 of "v1:<last session id on the page>". Only the
-# canonical encoding of a well-formed payload is accepted.
-
-_CURSOR_PREFIX = "v1:"
-_AUDIT_CURSOR_PREFIX = "a1:"
-_MAX_CURSOR_LENGTH = 512
-_CURSOR_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _encode_token(prefix: str, value: str) -> str:
-    raw = (prefix + value).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _decode_token(prefix: str, cursor: str) -> str:
-    """The value inside a cursor; InvalidCursorError unless it is one we could issue."""
-    if not 0 < len(cursor) <= _MAX_CURSOR_LENGTH or not _CURSOR_ALPHABET.fullmatch(cursor):
-        raise InvalidCursorError("malformed cursor")
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        text = raw.decode("utf-8")
-    except (binascii.Error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-        raise InvalidCursorError("malformed cursor") from exc
-    if not text.startswith(prefix):
-        raise InvalidCursorError("malformed cursor")
-    value = text[len(prefix) :]
-    if not value or not value.isprintable() or _encode_token(prefix, value) != cursor:
-        raise InvalidCursorError("malformed cursor")
-    return value
-
-
-def encode_cursor(session_id: str) -> str:
-    """The opaque cursor for a page that ends with `session_id`."""
-    return _encode_token(_CURSOR_PREFIX, session_id)
-
-
-def decode_cursor(cursor: str) -> str:
-    return _decode_token(_CURSOR_PREFIX, cursor)
-
-
-def encode_audit_cursor(seq: int) -> str:
-    return _encode_token(_AUDIT_CURSOR_PREFIX, str(seq))
-
-
-def decode_audit_cursor(cursor: str) -> int:
-    value = _decode_token(_AUDIT_CURSOR_PREFIX, cursor)
-    if not value.isdigit() or len(value) > 18:
-        raise InvalidCursorError("malformed cursor")
-    return int(value)
-
 
 # --- SQL -----------------------------------------------------------------------------------
 # Constant statements only (one per history table), never SQL built from values.
@@ -249,78 +201,20 @@ def _append(
     )
 
 
-class _EncodedStep(msgspec.Struct, frozen=True):
-    """A StepWrite encoded to bytes on the event loop, ready for the database thread."""
-
-    full: list[bytes]
-    compacted: list[bytes]
-    agent: bytes | None
-    set_tools: bool
-    tools: bytes | None
-    pending: bytes | None
-    drop: int
-    replacement: list[bytes]
-    state: list[tuple[str, bytes]]
-    audit: list[AuditDraft]
-    guardian_memory: bytes | None
-
-
-def encode_step(write: StepWrite) -> _EncodedStep:
-    """Encode a StepWrite on the event loop (validating its compaction) for any backend."""
-    encode = _ENCODER.encode
-    drop, replacement = 0, []
-    if write.compaction is not None:
-        drop = write.compaction.drop
-        if drop < 0:
-            raise ValueError(f"compaction.drop must not be negative, got {drop}")
-        if len(write.compaction.replacement) > drop:
-            raise ValueError(
-                f"compaction replacement has {len(write.compaction.replacement)} "
-                f"messages, more than the {drop} it replaces"
-            )
-        replacement = [encode(m) for m in write.compaction.replacement]
-    tools = write.tools if write.replace_tools else None
-    full = [encode(m) for m in write.full]
-    # Most steps append the same message objects to both histories: encode each once.
-    encoded = {id(m): row for m, row in zip(write.full, full, strict=True)}
-    return _EncodedStep(
-        full=full,
-        compacted=[encoded.get(id(m)) or encode(m) for m in write.compacted],
-        agent=None if write.agent is None else encode(write.agent),
-        set_tools=write.replace_tools,
-        tools=None if tools is None else encode(tools),
-        pending=None if write.pending is None else encode(write.pending),
-        drop=drop,
-        replacement=replacement,
-        state=[(k, encode(v)) for k, v in (write.state or {}).items()],
-        audit=write.audit,
-        guardian_memory=write.guardian_memory,
-    )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _commit_sync(conn: sqlite3.Connection, session_id: str, step: _EncodedStep) -> None:
+def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -> None:
     found = conn.execute(_SESSION_OWNER, (session_id,)).fetchone()
     if found is None:
         raise KeyError(session_id)
     owner: str = found[0]
-    if step.agent is not None or step.set_tools or step.pending is not None:
+    if step.updates_session:
         conn.execute(
             _UPDATE_SESSION, (step.agent, step.set_tools, step.tools, step.pending, session_id)
         )
-    added = sum(map(len, step.full)) + sum(map(len, step.compacted))
-    added += sum(map(len, step.replacement))
+    added = step.appended_bytes
     _append(conn, "full", session_id, step.full)
     if step.drop:
         seqs = [row[0] for row in conn.execute(_OLDEST_COMPACTED, (session_id, step.drop))]
-        if len(seqs) < step.drop:
-            raise ValueError(
-                f"compaction drops {step.drop} messages but the compacted history "
-                f"has only {len(seqs)}"
-            )
+        check_drop(step.drop, len(seqs))
         (dropped,) = conn.execute(_DROPPED_SIZE, (session_id, seqs[-1])).fetchone()
         added -= dropped
         conn.execute(_DROP_COMPACTED, (session_id, seqs[-1]))
@@ -353,36 +247,11 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
     return sum(len(row[3]) for row in rows)
 
 
-def chain_rows(
-    chain: str, last: tuple[int, str] | None, drafts: Sequence[AuditDraft]
-) -> list[tuple[str, int, int, bytes, str]]:
-    """The audit_entries rows (chain, seq, at_ms, entry, hash) that chain `drafts` after the
-    last stored entry `last` (its seq and hash; None for an empty chain)."""
-    seq, prev_hash = (last[0] + 1, last[1]) if last else (0, GENESIS_HASH)
-    now = _now_ms()
-    rows = []
-    for draft in drafts:
-        digest = entry_hash(prev_hash, seq, draft)
-        entry = AuditEntry(
-            seq=seq, prev_hash=prev_hash, hash=digest, **msgspec.structs.asdict(draft)
-        )
-        rows.append((chain, seq, now, _ENCODER.encode(entry), digest))
-        seq, prev_hash = seq + 1, digest
-    return rows
-
-
 def _check_quota(
     conn: sqlite3.Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
 ) -> None:
-    """QuotaExceededError if `owner` cannot take `new_sessions` and `new_bytes` more."""
-    if not limits.max_sessions and not limits.max_stored_bytes:
-        return
-    row = conn.execute(_USAGE, (owner,)).fetchone()
-    sessions, stored = row if row else (0, 0)
-    if limits.max_sessions and new_sessions and sessions + new_sessions > limits.max_sessions:
-        raise QuotaExceededError("sessions", limits.max_sessions, sessions)
-    if limits.max_stored_bytes and stored + new_bytes > limits.max_stored_bytes:
-        raise QuotaExceededError("stored_bytes", limits.max_stored_bytes, stored)
+    if limits.max_sessions or limits.max_stored_bytes:  # else no need to read the counters
+        check_quota(limits, conn.execute(_USAGE, (owner,)).fetchone(), new_sessions, new_bytes)
 
 
 def _delete_sync(conn: sqlite3.Connection, session_id: str, owner: str) -> bool:
@@ -390,7 +259,7 @@ def _delete_sync(conn: sqlite3.Connection, session_id: str, owner: str) -> bool:
     if not conn.execute(_DELETE_SESSION, (session_id, owner)).rowcount:
         return False
     conn.execute(_ADD_USAGE, (owner, -1, -size))
-    conn.execute(_END_CHAIN, (_now_ms(), session_id))
+    conn.execute(_END_CHAIN, (now_ms(), session_id))
     return True
 
 
@@ -407,14 +276,9 @@ def _prune_sync(conn: sqlite3.Connection, before_ms: int, batch: int) -> int:
         removed += _drop_entries(conn, owner, _DROP_CHAIN_ENTRIES, (chain,))
         removed += conn.execute(_DROP_CHAIN, (chain,)).rowcount
     for chain, owner in conn.execute(_CALLER_CHAINS).fetchall():
-        rows = conn.execute(_OLDEST_ENTRIES, (chain, batch + 1)).fetchall()
-        if len(rows) <= batch:
-            rows = rows[:-1]  # the newest entry anchors the chain: never pruned
-        old = 0
-        while old < len(rows) and rows[old][1] < before_ms:
-            old += 1
-        if old:
-            last_seq, _, last_hash = rows[old - 1]
+        oldest = conn.execute(_OLDEST_ENTRIES, (chain, batch + 1)).fetchall()
+        if through := prunable_through(oldest, batch, before_ms):
+            last_seq, last_hash = through
             removed += _drop_entries(conn, owner, _DROP_ENTRIES_THROUGH, (chain, last_seq))
             conn.execute(_MOVE_CHAIN_START, (last_seq + 1, last_hash, chain))
     return removed
@@ -423,7 +287,7 @@ def _prune_sync(conn: sqlite3.Connection, before_ms: int, batch: int) -> int:
 def _create_sync(
     conn: sqlite3.Connection,
     limits: StoreLimits,
-    row: tuple[str, str, bytes, bytes | None, bytes, int],
+    row: SessionRow,
     seed: list[bytes],
     audit: Sequence[AuditDraft],
     guardian_memory: bytes | None,
@@ -444,29 +308,6 @@ def _create_sync(
     conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
-
-
-def _record(
-    session_id: str, owner: str, agent: bytes, tools: bytes | None, pending: bytes
-) -> SessionRecord:
-    return SessionRecord(
-        session_id=session_id,
-        owner=owner,
-        agent=_AGENT_DECODER.decode(agent),
-        tools=None if tools is None else _TOOLS_DECODER.decode(tools),
-        pending=_PENDING_DECODER.decode(pending),
-    )
-
-
-def _decode_history(rows: Sequence[tuple[bytes]]) -> list[HistoryMessage]:
-    if not rows:
-        return []
-    # One decode call for the whole list is much faster than one per message.
-    return _HISTORY_DECODER.decode(b"[" + b",".join(row[0] for row in rows) + b"]")
-
-
-def _decode_state(rows: Sequence[tuple[str, bytes]]) -> dict[str, Any]:
-    return {key: _ANY_DECODER.decode(value) for key, value in rows}
 
 
 async def _call(
@@ -553,16 +394,8 @@ class SqliteSessionStore(SessionStore):
         audit: Sequence[AuditDraft] = (),
         guardian_memory: bytes | None = None,
     ) -> None:
-        encode = _ENCODER.encode
-        row = (
-            record.session_id,
-            record.owner,
-            encode(record.agent),
-            None if record.tools is None else encode(record.tools),
-            encode(record.pending),
-            time.time_ns() // 1_000_000,
-        )
-        messages = [encode(m) for m in seed]
+        row = session_row(record)
+        messages = [ENCODER.encode(m) for m in seed]
         limits = self._limits
         await self._write(
             lambda conn: _create_sync(conn, limits, row, messages, audit, guardian_memory)
@@ -574,7 +407,7 @@ class SqliteSessionStore(SessionStore):
         )
         if row is None:
             return None
-        return _record(session_id, owner, *row)
+        return decode_record(session_id, owner, *row)
 
     async def list_sessions(self, owner: str, after: str | None, limit: int) -> SessionPage:
         if limit < 1:
@@ -588,7 +421,7 @@ class SqliteSessionStore(SessionStore):
         rows: list[tuple[str, bytes, bytes | None, bytes]] = await self._run(
             lambda conn: conn.execute(sql, params).fetchall()
         )
-        sessions = [_record(sid, owner, a, t, p) for sid, a, t, p in rows[:limit]]
+        sessions = [decode_record(sid, owner, a, t, p) for sid, a, t, p in rows[:limit]]
         more = len(rows) > limit
         return SessionPage(
             sessions=sessions, next=encode_cursor(sessions[-1].session_id) if more else None
@@ -606,7 +439,7 @@ class SqliteSessionStore(SessionStore):
         rows: list[tuple[bytes]] = await self._run(
             lambda conn: conn.execute(sql, (session_id,)).fetchall()
         )
-        return _decode_history(rows)
+        return decode_history(rows)
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits
@@ -625,9 +458,9 @@ class SqliteSessionStore(SessionStore):
             return None
         row, history, state, memory = found
         return TurnSnapshot(
-            record=_record(session_id, owner, *row),
-            compacted=_decode_history(history),
-            state=_decode_state(state),
+            record=decode_record(session_id, owner, *row),
+            compacted=decode_history(history),
+            state=decode_state(state),
             guardian_memory=memory[0] if memory else None,
         )
 
@@ -642,7 +475,7 @@ class SqliteSessionStore(SessionStore):
         rows: list[tuple[bytes]] = await self._run(
             lambda conn: conn.execute(_SELECT_AUDIT, (chain, after_seq, limit + 1)).fetchall()
         )
-        entries = [_AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
+        entries = [AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
         more = len(rows) > limit
         return AuditPage(
             records=entries, next=encode_audit_cursor(entries[-1].seq) if more else None
@@ -652,7 +485,7 @@ class SqliteSessionStore(SessionStore):
         rows: list[tuple[str, bytes]] = await self._run(
             lambda conn: conn.execute(_SELECT_STATE, (session_id,)).fetchall()
         )
-        return _decode_state(rows)
+        return decode_state(rows)
 
     async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
         if not drafts:

@@ -14,7 +14,7 @@ from aap_server.protocol import (
     ToolSpec,
     UserMessage,
 )
-from aap_server.store import PendingToolCall, SessionRecord
+from aap_server.store import AuditDraft, PendingToolCall, SessionRecord
 
 
 def user(text: str) -> UserMessage:
@@ -58,3 +58,16 @@ def new_record(owner: str = "alice", **fields: Any) -> SessionRecord:
     values: dict[str, Any] = {"session_id": new_id("sess_"), "owner": owner, "agent": agent()}
     values.update(fields)
     return SessionRecord(**values)
+
+
+def draft(step: str, decision: str = "allow") -> AuditDraft:
+    """A verdict to record, as the store receives it."""
+    return AuditDraft(
+        turn_id="turn_1",
+        step_id=step,
+        method="steps/message",
+        decision=decision,  # type: ignore[arg-type]
+        reason_codes=["r"],
+        latency_us=5,
+        at="2026-01-01T00:00:00.000Z",
+    )

@@ -15,7 +15,6 @@ import pytest
 
 from aap_server.store import (
     GENESIS_HASH,
-    AuditDraft,
     Compaction,
     QuotaExceededError,
     SessionStore,
@@ -28,21 +27,9 @@ from aap_server.store.migrations import MIGRATIONS, migrate
 from aap_server.store.verify import verify_store
 
 from .conftest import StoreFactory
-from .helpers import assistant, new_record, user
+from .helpers import assistant, draft, new_record, user
 
 DAY_MS = 86_400_000
-
-
-def draft(step: str, decision: str = "allow") -> AuditDraft:
-    return AuditDraft(
-        turn_id="turn_1",
-        step_id=step,
-        method="steps/message",
-        decision=decision,  # type: ignore[arg-type]
-        reason_codes=["r"],
-        latency_us=5,
-        at="2026-01-01T00:00:00.000Z",
-    )
 
 
 def now_ms() -> int:

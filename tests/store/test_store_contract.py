@@ -21,7 +21,6 @@ from aap_server.protocol import (
 )
 from aap_server.store import (
     GENESIS_HASH,
-    AuditDraft,
     Compaction,
     InvalidCursorError,
     SessionStore,
@@ -30,7 +29,7 @@ from aap_server.store import (
 )
 
 from .conftest import StoreFactory
-from .helpers import agent, assistant, new_record, pending_call, texts, tool, user
+from .helpers import agent, assistant, draft, new_record, pending_call, texts, tool, user
 
 # --- sessions ----------------------------------------------------------------------------
 
@@ -578,23 +577,11 @@ async def test_turn_snapshot_reads_session_compacted_history_and_state_together(
     assert await store.load_turn("sess_missing", "alice") is None
 
 
-def _draft(step: str, decision: str = "allow") -> AuditDraft:
-    return AuditDraft(
-        turn_id="turn_1",
-        step_id=step,
-        method="steps/message",
-        decision=decision,  # type: ignore[arg-type]
-        reason_codes=["r"],
-        latency_us=5,
-        at="2026-01-01T00:00:00.000Z",
-    )
-
-
 async def test_audit_entries_are_hash_chained_in_order_and_paged(store: SessionStore) -> None:
     record = new_record()
     await store.create_session(record, [])
-    await store.commit(record.session_id, StepWrite(audit=[_draft("s0"), _draft("s1")]))
-    await store.commit(record.session_id, StepWrite(audit=[_draft("s2", "deny")]))
+    await store.commit(record.session_id, StepWrite(audit=[draft("s0"), draft("s1")]))
+    await store.commit(record.session_id, StepWrite(audit=[draft("s2", "deny")]))
 
     first = await store.load_audit(record.session_id, None, 2)
     assert [e.step_id for e in first.records] == ["s0", "s1"]
