@@ -251,7 +251,7 @@ def prunable_through(oldest: Sequence[Row], batch: int, before_ms: int) -> tuple
     """Of a caller chain's oldest entries (seq, at_ms, hash), read `batch + 1` of them: the
     (seq, hash) of the last one to prune (given before `before_ms`), or None. The newest
     entry anchors the chain and is never pruned."""
-    rows = oldest if len(oldest) > batch else oldest[:-1]
+    rows = oldest[:batch] if len(oldest) > batch else oldest[:-1]
     old = 0
     while old < len(rows) and rows[old][1] < before_ms:
         old += 1

@@ -93,6 +93,17 @@ async def test_caller_chains_are_pruned_from_the_front_and_still_verify(
     assert (await reports(store))[chain].broken_at is None
 
 
+async def test_a_caller_chain_one_entry_over_the_batch_keeps_its_newest_entry(
+    store: SessionStore,
+) -> None:
+    chain = caller_chain("acme:bob")
+    await store.append_audit(chain, "acme:bob", [draft("a0"), draft("a1"), draft("a2")])
+    assert await store.prune_audit(now_ms() + 1, batch=2) == 2
+    assert await steps(store, chain) == ["a2"]
+    assert await store.prune_audit(now_ms() + 1, batch=2) == 0
+    assert (await reports(store))[chain].broken_at is None
+
+
 async def test_pruning_works_in_batches(store: SessionStore) -> None:
     for _ in range(5):
         record = new_record()
