@@ -94,6 +94,7 @@ __all__ = [
     "ToolSpec",
     "ToolUseContentBlock",
     "TurnModel",
+    "Usage",
     "UserMessage",
     "text_of",
 ]
@@ -133,7 +134,15 @@ class ModelStop(msgspec.Struct, frozen=True):
     reason: Literal["end_turn", "max_tokens", "refusal"]
 
 
-ModelOutput = TextDelta | ThinkingDelta | ToolCall | Remember | ModelStop
+class Usage(msgspec.Struct, frozen=True):
+    """Tokens one model response used, as the model's endpoint reports them; the runtime adds
+    up a turn's (its log line, span and metrics)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+ModelOutput = TextDelta | ThinkingDelta | ToolCall | Remember | ModelStop | Usage
 
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -461,7 +461,7 @@ class AapService:
         finally:
             await self._end_turn(principal, run.session_id, turn.turn_id)
             turn.queue.put_nowait(None)
-            observed.stopped(reason, run.awaiting_permissions)
+            observed.stopped(reason, run.awaiting_permissions, run.usage)
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Take no new turns; let running ones finish within the grace period, then stop them

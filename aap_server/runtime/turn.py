@@ -25,6 +25,7 @@ from aap_server.agent import (
     TextDelta,
     ThinkingDelta,
     ToolCall,
+    Usage,
     text_of,
 )
 from aap_server.guardian import FailClosed
@@ -151,6 +152,8 @@ class TurnRun:
         self._refused = False
         # Permission requests the session awaits once the turn stops (for the metrics).
         self.awaiting_permissions = 0
+        # Tokens the model reported using in this turn (input, output), summed over responses.
+        self.usage = Usage(input_tokens=0, output_tokens=0)
         self._granted: list[PendingToolCall] = []
         # The pending calls the granted ones leave once they have run (answered, not awaiting).
         self._answered: list[PendingToolCall] = []
@@ -336,6 +339,11 @@ class TurnRun:
                 await self.resources.remember(output.items)
             elif isinstance(output, ModelStop):
                 model_stop = output.reason
+            elif isinstance(output, Usage):
+                self.usage = Usage(
+                    input_tokens=self.usage.input_tokens + output.input_tokens,
+                    output_tokens=self.usage.output_tokens + output.output_tokens,
+                )
 
         blocks = message_blocks(thinking.whole, text.whole)
         if blocks:

@@ -50,6 +50,12 @@ class Metrics:
             ["agent", "stop_reason"],
             registry=registry,
         )
+        self.tokens = Counter(
+            "aap_model_tokens",
+            "Tokens the agents' models reported using, by agent and type (input, output)",
+            ["agent", "type"],
+            registry=registry,
+        )
         self.turn_seconds = Histogram(
             "aap_turn_duration_seconds",
             "Time from a turn's start to its turn_stop, by agent",

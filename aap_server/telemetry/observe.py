@@ -24,7 +24,7 @@ from aap_server.telemetry.metrics import Metrics
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from aap_server.agent import Agent
+    from aap_server.agent import Agent, Usage
 
 logger = logging.getLogger("aap_server.turn")
 
@@ -219,29 +219,44 @@ class TurnObservation(Observer):
             attributes=attributes,
         )
 
-    def stopped(self, reason: str, awaiting_approvals: int) -> None:
+    def stopped(self, reason: str, awaiting_approvals: int, usage: Usage | None = None) -> None:
         """The turn emitted `turn_stop` with `reason`; the session now awaits
-        `awaiting_approvals` permission requests."""
+        `awaiting_approvals` permission requests; its model reported using `usage` tokens."""
         seconds = time.perf_counter() - self.started
         metrics = self.telemetry.metrics
         metrics.turns.labels(self.agent.name, reason).inc()
         metrics.turn_seconds.labels(self.agent.name).observe(seconds)
+        input_tokens = usage.input_tokens if usage is not None else 0
+        output_tokens = usage.output_tokens if usage is not None else 0
+        if input_tokens or output_tokens:
+            metrics.tokens.labels(self.agent.name, "input").inc(input_tokens)
+            metrics.tokens.labels(self.agent.name, "output").inc(output_tokens)
         self.telemetry.awaiting_approvals(self.session_id, awaiting_approvals)
         if self.span is not None:
             self.span.set_attribute("gen_ai.response.finish_reasons", [reason])
             self.span.set_attribute("aos.steps", self.steps)
+            if input_tokens or output_tokens:
+                self.span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+                self.span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
             if reason == "error":
                 from opentelemetry.trace import StatusCode
 
                 self.span.set_status(StatusCode.ERROR, "the turn stopped with an error")
             self.span.end()
         logger.info(
-            "turn %s stopped: %s after %.1f ms, %d guardian checks",
+            "turn %s stopped: %s after %.1f ms, %d guardian checks, %d + %d tokens",
             self.turn_id,
             reason,
             seconds * 1000,
             self.steps,
-            extra={"turn_id": self.turn_id, "stop_reason": reason},
+            input_tokens,
+            output_tokens,
+            extra={
+                "turn_id": self.turn_id,
+                "stop_reason": reason,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+            },
         )
 
     def rejected(self, error: BaseException) -> None:

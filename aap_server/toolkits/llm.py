@@ -55,6 +55,7 @@ from aap_server.agent import (
     ToolMessage,
     ToolUseContentBlock,
     TurnModel,
+    Usage,
     UserMessage,
     text_of,
 )
@@ -543,13 +544,9 @@ class LlmModel(TurnModel):
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 if chunk.usage is not None:
-                    logger.info(
-                        "llm agent %r, session %s: %d prompt + %d completion tokens (model %s)",
-                        self.spec.name,
-                        request.session_id,
-                        chunk.usage.prompt_tokens,
-                        chunk.usage.completion_tokens,
-                        endpoint.model,
+                    yield Usage(
+                        input_tokens=chunk.usage.prompt_tokens,
+                        output_tokens=chunk.usage.completion_tokens,
                     )
                 for choice in chunk.choices:
                     if choice.index != 0:  # one response is asked for; ignore any other

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import textwrap
 import types
@@ -128,6 +129,26 @@ async def test_a_declared_agent_is_listed_in_meta_with_its_options_and_tools(
     assert set(helper["capabilities"]["stream"]) == {"delta", "message", "none"}
     assert "image" not in helper["capabilities"]
     assert KEY not in json.dumps(meta)
+
+
+async def test_a_turns_token_usage_is_summed_over_its_responses_and_recorded(
+    tmp_path: Path, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two model responses (a tool call, then the answer), each reporting 12 + 7 tokens.
+    fake.script(tool_calls_reply(("current_time", {"timezone": "UTC"})), text_reply("Noon."))
+    async with llm_server(tmp_path, fake) as client:
+        session_id = await new_session(client)
+        with caplog.at_level(logging.INFO, logger="aap_server.turn"):
+            response = await client.post(
+                f"/sessions/{session_id}/turns",
+                json={"messages": [{"role": "user", "content": "What time is it?"}]},
+            )
+        assert response.status_code == 200, response.text
+        scrape = (await client.get("/metrics")).text
+    assert 'aap_model_tokens_total{agent="helper",type="input"} 24.0' in scrape
+    assert 'aap_model_tokens_total{agent="helper",type="output"} 14.0' in scrape
+    (stopped,) = [r for r in caplog.records if " stopped: " in r.getMessage()]
+    assert stopped.getMessage().endswith(", 24 + 14 tokens")
 
 
 async def test_a_guarded_turn_with_parallel_tool_calls_and_its_audit_trail(

@@ -16,6 +16,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from aap_server import aos
+from aap_server.agent import (
+    Agent,
+    AgentProvider,
+    LlmProvider,
+    ModelInfo,
+    ModelOutput,
+    ModelRequest,
+    TextDelta,
+    TurnModel,
+    Usage,
+)
 from aap_server.api import create_app
 from aap_server.config import Settings
 from tests.conftest import KEYS, ScriptedGuardian, demo_agents, serve, wait_until
@@ -209,3 +220,44 @@ async def test_unrouted_requests_keep_the_method_as_span_name(traced: Traced) ->
     assert span.name == "GET"
     assert "http.route" not in attrs(span)
     assert attrs(span)["url.path"] == "/no/such/path/123"
+
+
+class CountingModel(TurnModel):
+    """Answers in one delta and reports the tokens it used, as an LLM endpoint does."""
+
+    async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        yield TextDelta("ok")
+        yield Usage(input_tokens=30, output_tokens=2)
+
+
+async def test_the_turn_span_carries_the_tokens_its_model_reported(tmp_path: Path) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    agent = Agent(
+        name="counting",
+        version="1.0.0",
+        instructions="Say ok.",
+        provider=AgentProvider(name="tests", url="https://example.invalid"),
+        model_info=ModelInfo(name="counting", id="counting", provider=LlmProvider(name="tests")),
+        model=CountingModel(),
+    )
+    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS)
+    app = create_app(settings, [agent], guardian=ScriptedGuardian(), tracer_provider=provider)
+    headers = {"Authorization": "Bearer key-alice"}
+    async with (
+        serve(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client,
+    ):
+        created = await client.post("/sessions", json={"agent": {"name": "counting"}})
+        turn = await client.post(
+            f"/sessions/{created.json()['sessionId']}/turns",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert turn.status_code == 200
+        await wait_until(
+            lambda: bool(by_name(list(exporter.get_finished_spans()), "invoke_agent counting"))
+        )
+    (span,) = by_name(list(exporter.get_finished_spans()), "invoke_agent counting")
+    assert attrs(span)["gen_ai.usage.input_tokens"] == 30
+    assert attrs(span)["gen_ai.usage.output_tokens"] == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import logging
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -26,6 +25,7 @@ from aap_server.agent import (
     ToolMessage,
     ToolSpec,
     ToolUseContentBlock,
+    Usage,
     UserMessage,
 )
 from aap_server.toolkits.llm import LlmAgentSpec, LlmModel, OptionError
@@ -87,6 +87,10 @@ def request(
     )
 
 
+# What the fake endpoint reports after each streamed answer (`usage_chunk()`).
+USED = Usage(input_tokens=12, output_tokens=7)
+
+
 async def collect(model: LlmModel, req: ModelRequest) -> list[ModelOutput]:
     try:
         async with asyncio.timeout(20):
@@ -100,7 +104,7 @@ async def test_content_streams_as_text_deltas_and_the_request_is_openai_shaped(
 ) -> None:
     fake.script(text_reply("Hel", "lo", " there"))
     outputs = await collect(model_for(fake, temperature=0.3, max_tokens=64), request("hi"))
-    assert outputs == [TextDelta("Hel"), TextDelta("lo"), TextDelta(" there")]
+    assert outputs == [TextDelta("Hel"), TextDelta("lo"), TextDelta(" there"), USED]
     sent = fake.requests[0]
     assert sent.path == "/v1/chat/completions"
     assert sent.headers["authorization"] == f"Bearer {KEY}"
@@ -126,6 +130,7 @@ async def test_reasoning_content_and_reasoning_stream_as_thinking(fake: FakeOpen
         ThinkingDelta("think."),
         ThinkingDelta(" Ollama says so."),
         TextDelta("42"),
+        USED,
     ]
 
 
@@ -137,7 +142,9 @@ async def test_parallel_tool_call_fragments_are_assembled_in_order(fake: FakeOpe
         )
     )
     outputs = await collect(model_for(fake), request())
+    # The calls are whole only once the stream ends, after the usage report.
     assert outputs == [
+        USED,
         ToolCall("current_time", {"timezone": "Europe/Paris"}),
         ToolCall("lookup", {"query": 'a "quoted" value', "limit": 3}),
     ]
@@ -187,7 +194,7 @@ async def test_whole_unindexed_calls_with_new_ids_are_separate_calls(fake: FakeO
 async def test_finish_reasons_map_to_stop_reasons(fake: FakeOpenAI, finish: str, stop: str) -> None:
     fake.script(text_reply("Once upon a", finish=finish))
     outputs = await collect(model_for(fake), request())
-    assert outputs == [TextDelta("Once upon a"), ModelStop(stop)]  # type: ignore[arg-type]
+    assert outputs == [TextDelta("Once upon a"), USED, ModelStop(stop)]  # type: ignore[arg-type]
 
 
 async def test_a_refusal_delta_is_text_and_stops_with_refusal(fake: FakeOpenAI) -> None:
@@ -205,13 +212,9 @@ async def test_a_refusal_delta_is_text_and_stops_with_refusal(fake: FakeOpenAI) 
     assert outputs == [TextDelta("I can't "), TextDelta("do that."), ModelStop("refusal")]
 
 
-async def test_usage_is_logged_per_response(
-    fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_usage_is_reported_per_response(fake: FakeOpenAI) -> None:
     fake.script(text_reply("ok"))
-    with caplog.at_level(logging.INFO, logger="aap_server.llm"):
-        await collect(model_for(fake), request())
-    assert "12 prompt + 7 completion tokens (model fake-model)" in caplog.text
+    assert await collect(model_for(fake), request()) == [TextDelta("ok"), USED]
 
 
 # --- errors: each ends the response with UpstreamError and one clear log line --------------
@@ -236,7 +239,7 @@ async def test_a_429_is_retried_after_the_wait_the_server_asks_for(fake: FakeOpe
     )
     sleeps = Sleeps()
     outputs = await collect(model_for(fake, sleeps), request())
-    assert outputs == [TextDelta("done")]
+    assert outputs == [TextDelta("done"), USED]
     assert sleeps.waits == [7.0, 0.25]
     assert len(fake.requests) == 3
 
