@@ -290,8 +290,8 @@ class AapService:
             )
         interrupted = any(call.resolution == "running" for call in record.pending)
         if interrupted and session_id not in self._active:
-            self._active[session_id] = "repair"  # as a turn would: nothing else writes meanwhile
-            repair = new_id("repair_")
+            repair = new_id(_REPAIR_PREFIX)
+            self._active[session_id] = repair  # as a turn would: nothing else writes meanwhile
             try:
                 # A tool still running in another replica's turn is not interrupted: repair
                 # only with the lease (read again under it: that turn may have just ended).
@@ -477,7 +477,16 @@ class AapService:
             await asyncio.gather(*still_running, return_exceptions=True)
 
 
+_REPAIR_PREFIX = "repair_"  # the lease holder while a read closes interrupted tool runs
+
+
 def _turn_in_progress(session_id: str, turn_id: str) -> ConflictError:
+    if turn_id.startswith(_REPAIR_PREFIX):  # no turn to name: a history read is repairing
+        return ConflictError(
+            f"session {session_id!r} is closing interrupted tool runs; retry shortly",
+            code="turn_in_progress",
+            retry_after_seconds=1,
+        )
     return ConflictError(
         f"session {session_id!r} is running turn {turn_id}; one turn at a time",
         code="turn_in_progress",
