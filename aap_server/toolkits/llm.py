@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -433,8 +433,12 @@ class LlmModel(TurnModel):
         *,
         sleep: Sleep = asyncio.sleep,
         transport: httpx.AsyncBaseTransport | None = None,
+        withheld_tools: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self.spec = spec
+        # Names of tools not to offer the model now (MCP tools changed since they were pinned
+        # whose listing the guardian denied: `McpToolset.withheld`).
+        self.withheld_tools = withheld_tools
         self.limits = spec.limits
         self._sleep = sleep
         self._transport = transport
@@ -486,7 +490,9 @@ class LlmModel(TurnModel):
             "stop": spec.stop,
         }
         body.update({key: value for key, value in generation.items() if value is not None})
-        if request.tools:
+        withheld = self.withheld_tools()
+        offered = [tool for tool in request.tools if tool.name not in withheld]
+        if offered:
             body["tools"] = [
                 {
                     "type": "function",
@@ -496,7 +502,7 @@ class LlmModel(TurnModel):
                         "parameters": tool.parameters,
                     },
                 }
-                for tool in request.tools
+                for tool in offered
             ]
         return body
 
@@ -642,6 +648,10 @@ def llm_agent(
         *([remember_tool()] if memory else []),
         *tools,
     ]
+
+    def withheld() -> frozenset[str]:
+        return frozenset().union(*(toolset.withheld for toolset in toolsets))
+
     seen: set[str] = set()
     for tool in all_tools:
         if tool.name in seen:
@@ -655,7 +665,7 @@ def llm_agent(
         instructions=spec.instructions,
         provider=_PROVIDER,
         model_info=ModelInfo(name=spec.model, id=spec.model, provider=LlmProvider(name=host)),
-        model=model or LlmModel(spec),
+        model=model or LlmModel(spec, withheld_tools=withheld),
         options=options,
         capabilities=AgentCapabilities(
             stream=StreamCapabilities(delta=Empty(), message=Empty(), none=Empty()),
