@@ -541,6 +541,32 @@ async def test_the_model_remembers_through_its_tool_and_recalls_in_a_later_sessi
     assert after == []
 
 
+async def test_meta_advertises_the_memories_extension_only_for_agents_with_memory(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    body = f"memory = true\nmemory_db = {json.dumps(str(tmp_path / 'memory.db'))}\n"
+    tables = agent_table("buddy", fake.base_url, body) + agent_table("plain", fake.base_url, "")
+    async with running(tmp_path, tables, RecordingGuardian()) as client:
+        meta = (await client.get("/meta")).json()
+        advertised = meta["extensions"]["aap-server/memories"]
+        listed = await client.get(advertised["path"], params={"agent": "buddy"})
+        schema = (await client.get("/schema/openapi.json")).json()
+    async with running(tmp_path, agent_table("plain", fake.base_url, ""), RecordingGuardian()) as c:
+        without = (await c.get("/meta")).json()
+
+    # AAP's fields as before; the extension beside them, naming the agents with memory.
+    assert meta["version"] == 3
+    assert [agent["name"] for agent in meta["agents"]] == ["buddy", "plain"]
+    assert advertised == {"path": "/memories", "agents": ["buddy"]}
+    assert listed.status_code == 200
+    assert listed.json() == {"memories": []}
+    # No agent with memory: no extension, and /meta is exactly AAP's.
+    assert set(without) == {"version", "agents"}
+    # The OpenAPI document describes the field.
+    properties = schema["components"]["schemas"]["GetMetaResponse"]["properties"]
+    assert set(properties) == {"version", "agents", "extensions"}
+
+
 async def test_confidential_knowledge_may_not_leave_through_a_sending_mcp_tool(
     tmp_path: Path, fake: FakeOpenAI
 ) -> None:
