@@ -118,7 +118,9 @@ async def test_an_allowed_surface_takes_a_declared_action_with_valid_params(
     )
     async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
         sid = await session(client)
-        answer = await say(client, sid, "Sign me in")
+        answer = await say(
+            client, sid, f"Sign me in at {login} as ada@example.test, password correct horse"
+        )
         audit = await audit_of(client, sid)
     assert answer["messages"][-1]["content"] == "Signed in as Test User."
     assert [path for path, _ in site.posts] == ["/login"]
@@ -250,7 +252,7 @@ async def test_an_open_surface_takes_any_action_but_authorization_waits_for_a_hu
     )
     async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
         sid = await session(client)
-        waiting = await say(client, sid, "Buy it")
+        waiting = await say(client, sid, f"Buy it: {product}, checkout {payment}")
         assert waiting["stopReason"] == "tool_use"
         assert [path for path, _ in site.posts] == ["/product"]  # the order waits
         call_id = waiting["messages"][-1]["content"][-1]["toolCallId"]
@@ -261,6 +263,29 @@ async def test_an_open_surface_takes_any_action_but_authorization_waits_for_a_hu
     assert [path for path, _ in site.posts] == ["/product", "/payment"]
     assert site.posts[1][1]["params"] == order
     assert json.loads(tool_results(fake)[-1])["result"]["order_id"] == "ord_001"
+
+
+async def test_an_action_with_credentials_the_user_never_gave_asks_the_user_first(
+    tmp_path: Path, fake: FakeOpenAI, site: Site
+) -> None:
+    """`aom_invoke` posts to the site (the default policy's `[[tools]]`): a surface or values
+    that did not come from the user make the call a permission request (provenance rules)."""
+    login = f"{site.base_url}/login"
+    fake.script(
+        tool_calls_reply(("aom_read_surface", {"url": login})),
+        tool_calls_reply(
+            ("aom_invoke", {"surface": login, "action": "submit_login", "params": CREDENTIALS})
+        ),
+        text_reply("Signed in."),
+    )
+    async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
+        sid = await session(client)
+        waiting = await say(client, sid, "Sign me in")
+        audit = await audit_of(client, sid)
+    assert waiting["stopReason"] == "tool_use"
+    assert site.posts == []  # nothing was submitted
+    asked = [r["ruleId"] for r in audit if r["method"] == "steps/toolCallRequest"]
+    assert asked[-1] == "consequential-call-to-unknown-target"
 
 
 async def test_an_action_on_a_surface_not_read_is_refused(
