@@ -241,7 +241,8 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def with_key_from(self, environ: Mapping[str, str]) -> LlmAgentSpec:
         """The spec with `api_key` read from `api_key_env` (a ValueError if it is not set)."""
         peers = [peer.with_token_from(environ) for peer in self.a2a_peers]
-        spec = msgspec.structs.replace(self, a2a_peers=peers) if peers else self
+        servers = [server.with_headers_from(environ) for server in self.mcp_servers]
+        spec = msgspec.structs.replace(self, a2a_peers=peers, mcp_servers=servers)
         if not self.api_key_env:
             return spec
         key = environ.get(self.api_key_env, "")

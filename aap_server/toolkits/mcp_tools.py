@@ -35,7 +35,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -47,6 +47,7 @@ __all__ = ["PIN_CHANGED", "McpServerSpec", "McpTool", "McpToolset", "tool_pin"]
 logger = logging.getLogger("aap_server.mcp")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")  # an RFC 9110 token
 # The separator between a server's name and its tool's in the agent's tool names.
 SEPARATOR = "__"
 # OpenAI-compatible endpoints accept tool names of at most 64 characters.
@@ -67,6 +68,10 @@ class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
     url: str = ""
+    # HTTP headers sent to `url` (e.g. `Authorization`): values given here, or the names of
+    # environment variables holding them (`headers_env`, read at start). Never printed.
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    headers_env: dict[str, str] = msgspec.field(default_factory=dict)
     # Serve only these of the server's tools (default: all).
     tools: list[str] | None = None
     # Whether clients see the tools in /meta and enable them per session (else always on).
@@ -89,6 +94,33 @@ class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(f"{field_name}: must be positive")
         if not 1 <= self.max_tools <= 1024:
             raise ValueError("max_tools: must be within 1..1024")
+        if (self.headers or self.headers_env) and not self.url:
+            raise ValueError("headers: only a url (streamable HTTP) server takes headers")
+        for header in [*self.headers, *self.headers_env]:
+            if not _HEADER.fullmatch(header):
+                raise ValueError(f"headers: {header!r} is not an HTTP header name")
+        for header, value in self.headers.items():
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"headers: the value of {header!r} may not hold a line break")
+        both = sorted({h.lower() for h in self.headers} & {h.lower() for h in self.headers_env})
+        if both:
+            raise ValueError(f"headers: {both[0]!r} is in both headers and headers_env")
+
+    def with_headers_from(self, environ: Mapping[str, str]) -> McpServerSpec:
+        """The spec with `headers_env` read into `headers` (a ValueError naming the variable
+        when one is not set)."""
+        if not self.headers_env:
+            return self
+        headers = dict(self.headers)
+        for header, variable in self.headers_env.items():
+            value = environ.get(variable, "")
+            if not value:
+                raise ValueError(
+                    f"mcp_servers ({self.name!r}): headers_env: environment variable "
+                    f"{variable} is not set"
+                )
+            headers[header] = value
+        return msgspec.structs.replace(self, headers=headers, headers_env={})
 
     def __repr__(self) -> str:  # env values may be secrets
         where = self.url or self.command
@@ -195,6 +227,8 @@ def _client_info() -> Any:
 
 
 def _transport(spec: McpServerSpec) -> contextlib.AbstractAsyncContextManager[Any]:
+    if spec.url and spec.headers:
+        return _http_with_headers(spec.url, spec.headers)
     if spec.url:
         from mcp.client.streamable_http import streamable_http_client
 
@@ -205,6 +239,20 @@ def _transport(spec: McpServerSpec) -> contextlib.AbstractAsyncContextManager[An
         command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=spec.cwd
     )
     return stdio_client(parameters, errlog=sys.stderr)
+
+
+@contextlib.asynccontextmanager
+async def _http_with_headers(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The streamable HTTP transport with an HTTP client of the SDK's defaults that sends
+    `headers` (closed with the transport)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's default client
+
+    async with (
+        create_mcp_http_client(headers=headers) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
 
 
 def _dump(model: Any) -> dict[str, Any]:

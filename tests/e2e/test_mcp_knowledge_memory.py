@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -362,16 +363,16 @@ async def test_the_published_mcp_server_time_package_serves_its_tools(
     assert steps(audit).count(("protocols/MCP", "allow")) == 6
 
 
-async def test_a_streamable_http_mcp_server_is_reached_over_its_url(
-    tmp_path: Path, fake: FakeOpenAI
-) -> None:
+@asynccontextmanager
+async def http_notes_server(tmp_path: Path, **env: str) -> AsyncIterator[str]:
+    """The test MCP server as a streamable HTTP process on loopback; yields its URL."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         *NOTES_SERVER,
         str(port),
         cwd=REPO,
-        env={"NOTES_LOG": str(tmp_path / "notes.log"), "PATH": ""},
+        env={"NOTES_LOG": str(tmp_path / "notes.log"), "PATH": "", **env},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
@@ -386,19 +387,56 @@ async def test_a_streamable_http_mcp_server_is_reached_over_its_url(
                 return False
 
         await wait_until(listening, within=30, interval=0.1)
-        fake.script(tool_calls_reply(("notes__add", {"a": 2, "b": 3})), text_reply("5."))
-        server = f'mcp_servers = [{{ name = "notes", url = "http://127.0.0.1:{port}/mcp" }}]\n'
-        guardian = RecordingGuardian()
-        tables = agent_table("adder", fake.base_url, server)
-        async with running(tmp_path, tables, guardian) as client:
-            answer, audit = await turn(client, "adder", "2 + 3?", ["notes__add"])
+        yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
         async with asyncio.timeout(10):
             await process.wait()
+
+
+async def test_a_streamable_http_mcp_server_is_reached_over_its_url(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    async with http_notes_server(tmp_path) as url:
+        fake.script(tool_calls_reply(("notes__add", {"a": 2, "b": 3})), text_reply("5."))
+        server = f'mcp_servers = [{{ name = "notes", url = "{url}" }}]\n'
+        guardian = RecordingGuardian()
+        tables = agent_table("adder", fake.base_url, server)
+        async with running(tmp_path, tables, guardian) as client:
+            answer, audit = await turn(client, "adder", "2 + 3?", ["notes__add"])
     assert answer["messages"][1]["content"] == "5"
     assert calls_received(tmp_path) == [{"tool": "add", "arguments": {"a": "2", "b": "3"}}]
     assert steps(audit).count(("protocols/MCP", "allow")) == 6
+
+
+async def test_an_http_mcp_server_gets_the_auth_header_from_the_environment_never_logged(
+    tmp_path: Path, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "mcp-token-5f2c9e7a"
+    caplog.set_level(logging.DEBUG)
+    async with http_notes_server(tmp_path, NOTES_TOKEN=token) as url:
+        fake.script(tool_calls_reply(("notes__add", {"a": 2, "b": 3})), text_reply("5."))
+        table = (
+            f'mcp_servers = [{{ name = "notes", url = "{url}", '
+            'headers_env = { Authorization = "NOTES_MCP_AUTH" } }]\n'
+        )
+        tables = agent_table("adder", fake.base_url, table)
+        environ = {"NOTES_MCP_AUTH": f"Bearer {token}"}
+        async with running(tmp_path, tables, RecordingGuardian(), environ=environ) as client:
+            answer, _ = await turn(client, "adder", "2 + 3?", ["notes__add"])
+        # Without the header the server refuses: a start-up error naming agent and server.
+        config = tmp_path / "bare.toml"
+        bare = f'mcp_servers = [{{ name = "notes", url = "{url}" }}]\n'
+        config.write_text(
+            "entry_point_agents = false\n" + agent_table("adder", fake.base_url, bare),
+            encoding="utf-8",
+        )
+        settings = load_settings(config, environ={}, overrides={"db": str(tmp_path / "b.db")})
+        with pytest.raises(Exception, match=r"agents\[0\] \('adder'\): mcp_servers \('notes'\)"):
+            create_app(settings)
+    assert answer["messages"][1]["content"] == "5"
+    assert calls_received(tmp_path) == [{"tool": "add", "arguments": {"a": "2", "b": "3"}}]
+    assert token not in caplog.text
 
 
 async def test_an_unreachable_mcp_server_is_a_start_up_error_naming_the_agent(

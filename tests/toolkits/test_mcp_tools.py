@@ -304,6 +304,13 @@ def test_max_tools_is_enforced_at_the_limit(tmp_path: Path) -> None:
         ({"name": "x", "url": "ftp://h"}, "url:"),
         ({"name": "x", "command": "a", "call_timeout_seconds": 0}, "call_timeout_seconds"),
         ({"name": "x", "command": "a", "max_tools": 0}, "max_tools"),
+        ({"name": "x", "command": "a", "headers": {"A": "b"}}, "only a url"),
+        ({"name": "x", "url": "http://h/mcp", "headers": {"Bad Name": "b"}}, "header name"),
+        ({"name": "x", "url": "http://h/mcp", "headers": {"A": "b\r\nX: y"}}, "line break"),
+        (
+            {"name": "x", "url": "http://h/mcp", "headers": {"A": "1"}, "headers_env": {"a": "V"}},
+            "both headers and headers_env",
+        ),
     ],
 )
 def test_bad_server_tables_are_refused_naming_the_field(
@@ -317,6 +324,16 @@ def test_env_values_are_not_in_the_spec_repr() -> None:
     server = McpServerSpec(name="x", command="run", env={"TOKEN": "s3cr3t-token"})
     assert "s3cr3t" not in repr(server)
     assert "s3cr3t" not in str(server)
+
+
+def test_header_values_come_from_the_environment_and_are_not_in_the_spec_repr() -> None:
+    server = McpServerSpec(name="x", url="http://h/mcp", headers_env={"Authorization": "MCP_AUTH"})
+    resolved = server.with_headers_from({"MCP_AUTH": "Bearer s3cr3t-token"})
+    assert resolved.headers == {"Authorization": "Bearer s3cr3t-token"}
+    assert "s3cr3t" not in repr(resolved)
+    assert "s3cr3t" not in str(resolved)
+    with pytest.raises(ValueError, match=r"headers_env: environment variable MCP_AUTH is not"):
+        server.with_headers_from({})
 
 
 @pytest.mark.parametrize(
