@@ -60,6 +60,12 @@ from aap_server.agent import (
     text_of,
 )
 from aap_server.toolkits.a2a_peers import A2aPeer, A2aPeerSpec
+from aap_server.toolkits.aom import (
+    AOM_TIMEOUT_SECONDS,
+    MAX_AOM_RESPONSE_BYTES,
+    AomLimits,
+    aom_tools,
+)
 from aap_server.toolkits.builtin_tools import BUILTIN_TOOLS
 from aap_server.toolkits.knowledge import KnowledgeBase, search_knowledge_tool
 from aap_server.toolkits.mcp_tools import McpServerSpec, McpToolset
@@ -178,6 +184,10 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     memory_db: str = "./aap-memory.db"
     memory_max_items: int = 200
     memory_recall_limit: int = 20
+    # The AOM tools' requests (`tools = ["aom_read_surface", "aom_invoke"]`): the largest
+    # surface or action answer read, and each request's time.
+    aom_max_response_bytes: int = MAX_AOM_RESPONSE_BYTES
+    aom_timeout_seconds: float = AOM_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -237,6 +247,10 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("knowledge_rescan_seconds: must not be negative")
         if self.memory_max_items < 1 or self.memory_recall_limit < 1:
             raise ValueError("memory_max_items, memory_recall_limit: must be at least 1")
+        if not 1024 <= self.aom_max_response_bytes <= 64 * 1024 * 1024:
+            raise ValueError("aom_max_response_bytes: must be within 1024..67108864")
+        if not 0 < self.aom_timeout_seconds <= 600:
+            raise ValueError("aom_timeout_seconds: must be within 0..600 (and not 0)")
 
     def with_key_from(self, environ: Mapping[str, str]) -> LlmAgentSpec:
         """The spec with `api_key` read from `api_key_env` (a ValueError if it is not set)."""
@@ -641,8 +655,12 @@ def llm_agent(
         if spec.memory
         else None
     )
+    aom = AomLimits(
+        max_response_bytes=spec.aom_max_response_bytes, timeout_seconds=spec.aom_timeout_seconds
+    )
+    builtin = {**BUILTIN_TOOLS, **{tool.name: tool for tool in aom_tools(aom)}}
     all_tools = [
-        *(BUILTIN_TOOLS[name] for name in spec.tools),
+        *(builtin[name] for name in spec.tools),
         *(tool for toolset in toolsets for tool in toolset.tools),
         *(peer.tool for peer in peers),
         *([search_knowledge_tool()] if knowledge else []),

@@ -72,8 +72,8 @@ async def site() -> AsyncIterator[Site]:
         yield running_site
 
 
-def tables(fake: FakeOpenAI) -> str:
-    return agent_table("web", fake.base_url, f"tools = {json.dumps(AOM_TOOLS)}\n")
+def tables(fake: FakeOpenAI, settings: str = "") -> str:
+    return agent_table("web", fake.base_url, f"tools = {json.dumps(AOM_TOOLS)}\n" + settings)
 
 
 async def session(client: httpx.AsyncClient) -> str:
@@ -321,26 +321,26 @@ async def test_a_page_that_is_not_a_valid_surface_is_refused_naming_the_field(
     assert "automation_policy: 'whatever' is not one of ['allowed', 'forbidden', 'open']" in told
 
 
+@pytest.mark.parametrize("limit", [MAX_AOM_RESPONSE_BYTES, 16 * 1024], ids=["default", "set"])
 async def test_a_surface_past_the_size_limit_is_refused_without_reading_it_all(
-    tmp_path: Path, fake: FakeOpenAI, site: Site
+    tmp_path: Path, fake: FakeOpenAI, site: Site, limit: int
 ) -> None:
     surface = json.loads((EXAMPLES / "login.aom.json").read_text(encoding="utf-8"))
     surface["purpose"]["primary_goal"] = ""
     size = len(json.dumps(surface))  # how the site sends it
-    surface["purpose"]["primary_goal"] = "x" * (MAX_AOM_RESPONSE_BYTES - size + 1)  # 1 byte over
+    surface["purpose"]["primary_goal"] = "x" * (limit - size + 1)  # 1 byte over
     site.broken["/huge"] = surface
     at_limit = json.loads(json.dumps(surface))
-    at_limit["purpose"]["primary_goal"] = "x" * (MAX_AOM_RESPONSE_BYTES - size)  # exactly
+    at_limit["purpose"]["primary_goal"] = "x" * (limit - size)  # exactly
     site.broken["/fits"] = at_limit
+    setting = "" if limit == MAX_AOM_RESPONSE_BYTES else f"aom_max_response_bytes = {limit}\n"
     fake.script(
         tool_calls_reply(("aom_read_surface", {"url": f"{site.base_url}/huge"})),
         tool_calls_reply(("aom_read_surface", {"url": f"{site.base_url}/fits"})),
         text_reply("Done."),
     )
-    async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
+    async with running(tmp_path, tables(fake, setting), RecordingGuardian()) as client:
         await say(client, await session(client), "Read them")
     huge, fits = tool_results(fake)
-    assert huge == (
-        f"Error: the answer of {site.base_url}/huge is larger than {MAX_AOM_RESPONSE_BYTES} bytes"
-    )
+    assert huge == f"Error: the answer of {site.base_url}/huge is larger than {limit} bytes"
     assert json.loads(fits)["surface_id"] == "app:auth:login"
