@@ -167,8 +167,11 @@ def export_openapi(args: argparse.Namespace) -> int:
 def unknown_names(policy: Policy, agents: list[Agent]) -> list[str]:
     """Warnings for names in `policy` that no hosted agent has: a typo there makes a rule
     match nothing, silently."""
+    from aap_server.toolkits.builtin_tools import BUILTIN_TOOLS
+
     agent_names = sorted(agent.name for agent in agents)
-    tool_names = sorted({tool.name for agent in agents for tool in agent.tools})
+    # Built-in tools (`aom_invoke`, ...) are real names too: any declared agent can enable them.
+    tool_names = sorted({tool.name for agent in agents for tool in agent.tools} | {*BUILTIN_TOOLS})
     known = {"agent": agent_names, "tool": tool_names}
     warnings = []
 

@@ -47,7 +47,14 @@ def _protocol_components() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
         [*structs, DeltaSSEEvent, MessageSSEEvent], ref_template="#/components/schemas/{name}"
     )
-    return components
+    # `GET /meta` answers AAP's body plus this server's extensions (`api/meta.py`), under
+    # AAP's name. Imported here: meta imports the memories routes, which import this module.
+    from aap_server.api.meta import GetMetaResponse
+
+    _, extended = msgspec.json.schema_components(
+        [GetMetaResponse], ref_template="#/components/schemas/{name}"
+    )
+    return {**components, **extended}
 
 
 def _prefixed(name: str) -> str:

@@ -16,11 +16,11 @@ from aap_server.api.auth import (
     require_principal,
     require_principal_unless_public_meta,
 )
+from aap_server.api.meta import GetMetaResponse, meta_response
 from aap_server.api.openapi import ERROR_RESPONSES
 from aap_server.api.sse import sse_frames
 from aap_server.protocol import (
     GetAuditResponse,
-    GetMetaResponse,
     GetSessionHistoryResponse,
     GetSessionsResponse,
     HistoryType,
@@ -51,8 +51,9 @@ def _service(request: Request[Any, Any, Any]) -> AapService:
     guards=[require_principal_unless_public_meta],
 )
 async def get_meta(request: Request[Any, Any, Any]) -> GetMetaResponse:
-    """The protocol version (3) and every hosted agent. Public unless `public_meta` is off."""
-    return _service(request).meta()
+    """The protocol version (3), every hosted agent and the server's extensions (an
+    `extensions` object, left out when empty). Public unless `public_meta` is off."""
+    return meta_response(_service(request))
 
 
 class SessionsController(Controller):

@@ -41,6 +41,17 @@ RedactStyle = Literal["placeholder", "mask", "replace"]
 ACTION_STRENGTH: dict[str, int] = {"deny": 3, "require_approval": 2, "modify": 1, "allow": 0}
 
 
+# Findings the guardian makes from a step's own marks rather than by scanning its text, by id
+# (rules name them in `match.detectors` like a detector's): an MCP client marks a `tools/list`
+# answer in which a tool differs from its pin (`MCP_PIN_CHANGED`, a "rug pull").
+STEP_FINDINGS: dict[str, str] = {
+    "mcp.tool_changed": "an MCP server changed a tool's description or schema since it was pinned",
+}
+# The `_meta` key of an inbound MCP `tools/list` result naming the tools whose description or
+# schema changed since they were pinned (set by `aap_server.toolkits.mcp_tools`).
+MCP_PIN_CHANGED = "aap-server/pinChanged"
+
+
 class PolicyError(ValueError):
     """The policy cannot be used; the message names the rule and the field."""
 
@@ -199,7 +210,7 @@ def validate(policy: Policy) -> Policy:
     # for compiling every detector pattern unless a policy is actually checked.
     from aap_server.guardian.detectors import detector_ids
 
-    detectors = detector_ids()
+    detectors = [*detector_ids(), *STEP_FINDINGS]
     for index, rule in enumerate(policy.rules):
         where = f"rules[{index}] (id {rule.id!r})"
         if not rule.id.strip():

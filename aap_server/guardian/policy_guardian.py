@@ -55,6 +55,7 @@ from aap_server.guardian.memory import (
 )
 from aap_server.guardian.policy import (
     ACTION_STRENGTH,
+    MCP_PIN_CHANGED,
     ArgumentMatch,
     Match,
     Modify,
@@ -437,6 +438,8 @@ class PolicyGuardian(Guardian):
         if verdict is None:
             if view.method == "steps/toolCallRequest" and facts.originals:
                 step.findings = step.findings + _placeholder_findings(view.texts, facts)
+            elif view.method == "protocols/MCP":
+                step.findings = step.findings + _pin_change_findings(request)
             matching = [r for r in policy.rules if r.enabled and _matches(r.match, step, facts)]
             verdict = self._decide(step, facts, matching)
         self._learn(step, facts, verdict)
@@ -665,6 +668,25 @@ def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding
                     Finding(detector=detector, category="secret", start=at, end=end, value=value)
                 )
     return found
+
+
+def _pin_change_findings(request: aos.AosRequest) -> list[Finding]:
+    """`mcp.tool_changed`, one per tool an inbound `tools/list` answer marks as changed since
+    it was pinned (`MCP_PIN_CHANGED`; the value is the tool's name)."""
+    params = request.params
+    if not isinstance(params, aos.ProtocolMessageParams):
+        return []
+    result = params.effective_message.get("result")
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    changed = meta.get(MCP_PIN_CHANGED) if isinstance(meta, dict) else None
+    if not isinstance(changed, list):
+        return []
+    # Category: a changed description is new instructions for the model (tool poisoning).
+    return [
+        Finding(detector="mcp.tool_changed", category="injection", start=0, end=0, value=name)
+        for name in changed
+        if isinstance(name, str)
+    ]
 
 
 class _NameFilter:

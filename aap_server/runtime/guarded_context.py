@@ -6,6 +6,7 @@ from typing import Any
 
 from aap_server import aos
 from aap_server.agent import Agent, AgentState, KnowledgeItem, StepDeniedError, ToolContext
+from aap_server.guardian import asks_for_human
 from aap_server.runtime.checks import GuardianChecks
 from aap_server.runtime.steps import StepFactory
 
@@ -112,6 +113,12 @@ class GuardedResources:
         verdict = await self.checks.check(request)
         if verdict.decision == "deny":
             raise StepDeniedError(verdict.message)
+        if asks_for_human(verdict.data):
+            # A message inside a tool's run has no way to a person: fail closed, not open.
+            raise StepDeniedError(
+                f"{verdict.message or 'approval required'} (a {protocol} message cannot wait "
+                "for a person's approval, so it is not used)"
+            )
         modified = verdict.modified_request
         if verdict.decision == "modify" and isinstance(modified, aos.McpMessage | aos.A2aMessage):
             return modified.params.effective_message

@@ -16,9 +16,10 @@ this session.
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
-from functools import cache
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,16 +33,19 @@ __all__ = [
     "AOM_INVOKE",
     "AOM_READ_SURFACE",
     "MAX_AOM_RESPONSE_BYTES",
+    "AomLimits",
+    "aom_tools",
     "aom_validator",
 ]
 
+# The defaults of an agent's `aom_max_response_bytes` and `aom_timeout_seconds`.
 MAX_AOM_RESPONSE_BYTES = 1024 * 1024  # a surface or an action's answer, at most
 AOM_TIMEOUT_SECONDS = 10.0
 _READ = "aom.read"  # the session's state: URLs of the surfaces read, in order
 MAX_SURFACES_PER_SESSION = 64
 
 
-@cache
+@functools.cache
 def aom_validator(kind: str) -> jsonschema.protocols.Validator:
     """The validator of `aom-input-schema.json` ("input") or `aom-output-schema.json`."""
     text = resources.files(__package__).joinpath(f"aom_schemas/aom-{kind}-schema.json")
@@ -72,18 +76,29 @@ def _check_url(url: Any) -> str:
     return url
 
 
-@cache
+@functools.cache
 def _tls() -> ssl.SSLContext:
     """The TLS settings of every AOM request, built once: loading the CA bundle costs more
     than a small request on loopback."""
     return httpx.create_ssl_context()
 
 
-async def _fetch_json(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    """The status and JSON a site answers, read up to MAX_AOM_RESPONSE_BYTES."""
+@dataclass(frozen=True)
+class AomLimits:
+    """How much one AOM request may take: its answer's size and its time."""
+
+    max_response_bytes: int = MAX_AOM_RESPONSE_BYTES
+    timeout_seconds: float = AOM_TIMEOUT_SECONDS
+
+
+async def _fetch_json(
+    limits: AomLimits, method: str, url: str, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """The status and JSON a site answers, read up to `limits.max_response_bytes`."""
+    most = limits.max_response_bytes
     async with (
         httpx.AsyncClient(
-            timeout=AOM_TIMEOUT_SECONDS, follow_redirects=False, verify=_tls()
+            timeout=limits.timeout_seconds, follow_redirects=False, verify=_tls()
         ) as client,
         client.stream(method, url, json=body, headers={"Accept": "application/json"}) as response,
     ):
@@ -91,10 +106,8 @@ async def _fetch_json(method: str, url: str, body: dict[str, Any] | None = None)
         size = 0
         async for chunk in response.aiter_bytes():
             size += len(chunk)
-            if size > MAX_AOM_RESPONSE_BYTES:
-                raise ToolError(
-                    f"the answer of {url} is larger than {MAX_AOM_RESPONSE_BYTES} bytes"
-                )
+            if size > most:
+                raise ToolError(f"the answer of {url} is larger than {most} bytes")
             chunks.append(chunk)
     if response.status_code >= 400 and method == "GET":
         raise ToolError(f"{url} answered HTTP {response.status_code}")
@@ -104,10 +117,10 @@ async def _fetch_json(method: str, url: str, body: dict[str, Any] | None = None)
         raise ToolError(f"{url} did not answer JSON") from error
 
 
-async def _read_surface(arguments: dict[str, Any], context: ToolContext) -> str:
+async def _read_surface(limits: AomLimits, arguments: dict[str, Any], context: ToolContext) -> str:
     url = _check_url(arguments.get("url"))
     try:
-        _, surface = await _fetch_json("GET", url)
+        _, surface = await _fetch_json(limits, "GET", url)
     except httpx.HTTPError as error:
         raise ToolError(f"{url} could not be read: {type(error).__name__}") from error
     problem = _problem("input", surface)
@@ -118,7 +131,7 @@ async def _read_surface(arguments: dict[str, Any], context: ToolContext) -> str:
     return json.dumps(surface, ensure_ascii=False)
 
 
-async def _invoke(arguments: dict[str, Any], context: ToolContext) -> str:
+async def _invoke(limits: AomLimits, arguments: dict[str, Any], context: ToolContext) -> str:
     url = _check_url(arguments.get("surface"))
     action = arguments.get("action")
     params = arguments.get("params") or {}
@@ -130,7 +143,7 @@ async def _invoke(arguments: dict[str, Any], context: ToolContext) -> str:
         raise ToolError(f"read the surface first: aom_read_surface({url!r})")
     request = {"action_id": action, "params": params, "agent_id": context.session_id}
     try:
-        status, answer = await _fetch_json("POST", url, request)
+        status, answer = await _fetch_json(limits, "POST", url, request)
     except httpx.HTTPError as error:
         raise ToolError(f"{url} could not be reached: {type(error).__name__}") from error
     ok = status < 400
@@ -149,40 +162,45 @@ async def _invoke(arguments: dict[str, Any], context: ToolContext) -> str:
     return json.dumps(output, ensure_ascii=False)
 
 
-AOM_READ_SURFACE = ServerTool(
-    name="aom_read_surface",
-    title="Read an AOM surface",
-    description=(
-        "Read the AOM surface (Agent Object Model: purpose, tasks, entities, actions, "
-        "automation_policy) a web page publishes at a URL. Obey its automation_policy."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"url": {"type": "string", "description": "The surface's URL."}},
-        "required": ["url"],
-        "additionalProperties": False,
-    },
-    run=_read_surface,
-    timeout_seconds=AOM_TIMEOUT_SECONDS + 5,
-)
-
-AOM_INVOKE = ServerTool(
-    name="aom_invoke",
-    title="Invoke an AOM action",
-    description=(
-        "Invoke one of the actions of an AOM surface read before with aom_read_surface; "
-        "params are the fields of the action's input entities."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "surface": {"type": "string", "description": "The surface's URL, as read."},
-            "action": {"type": "string", "description": "The action's id."},
-            "params": {"type": "object", "description": "The action's parameters."},
+def aom_tools(limits: AomLimits = AomLimits()) -> tuple[ServerTool, ServerTool]:
+    """`aom_read_surface` and `aom_invoke`, their requests held to `limits`."""
+    read = ServerTool(
+        name="aom_read_surface",
+        title="Read an AOM surface",
+        description=(
+            "Read the AOM surface (Agent Object Model: purpose, tasks, entities, actions, "
+            "automation_policy) a web page publishes at a URL. Obey its automation_policy."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {"url": {"type": "string", "description": "The surface's URL."}},
+            "required": ["url"],
+            "additionalProperties": False,
         },
-        "required": ["surface", "action"],
-        "additionalProperties": False,
-    },
-    run=_invoke,
-    timeout_seconds=AOM_TIMEOUT_SECONDS + 5,
-)
+        run=functools.partial(_read_surface, limits),
+        timeout_seconds=limits.timeout_seconds + 5,
+    )
+    invoke = ServerTool(
+        name="aom_invoke",
+        title="Invoke an AOM action",
+        description=(
+            "Invoke one of the actions of an AOM surface read before with aom_read_surface; "
+            "params are the fields of the action's input entities."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "surface": {"type": "string", "description": "The surface's URL, as read."},
+                "action": {"type": "string", "description": "The action's id."},
+                "params": {"type": "object", "description": "The action's parameters."},
+            },
+            "required": ["surface", "action"],
+            "additionalProperties": False,
+        },
+        run=functools.partial(_invoke, limits),
+        timeout_seconds=limits.timeout_seconds + 5,
+    )
+    return read, invoke
+
+
+AOM_READ_SURFACE, AOM_INVOKE = aom_tools()

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,6 +60,12 @@ from aap_server.agent import (
     text_of,
 )
 from aap_server.toolkits.a2a_peers import A2aPeer, A2aPeerSpec
+from aap_server.toolkits.aom import (
+    AOM_TIMEOUT_SECONDS,
+    MAX_AOM_RESPONSE_BYTES,
+    AomLimits,
+    aom_tools,
+)
 from aap_server.toolkits.builtin_tools import BUILTIN_TOOLS
 from aap_server.toolkits.knowledge import KnowledgeBase, search_knowledge_tool
 from aap_server.toolkits.mcp_tools import McpServerSpec, McpToolset
@@ -178,6 +184,10 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     memory_db: str = "./aap-memory.db"
     memory_max_items: int = 200
     memory_recall_limit: int = 20
+    # The AOM tools' requests (`tools = ["aom_read_surface", "aom_invoke"]`): the largest
+    # surface or action answer read, and each request's time.
+    aom_max_response_bytes: int = MAX_AOM_RESPONSE_BYTES
+    aom_timeout_seconds: float = AOM_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -237,11 +247,16 @@ class LlmAgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ValueError("knowledge_rescan_seconds: must not be negative")
         if self.memory_max_items < 1 or self.memory_recall_limit < 1:
             raise ValueError("memory_max_items, memory_recall_limit: must be at least 1")
+        if not 1024 <= self.aom_max_response_bytes <= 64 * 1024 * 1024:
+            raise ValueError("aom_max_response_bytes: must be within 1024..67108864")
+        if not 0 < self.aom_timeout_seconds <= 600:
+            raise ValueError("aom_timeout_seconds: must be within 0..600 (and not 0)")
 
     def with_key_from(self, environ: Mapping[str, str]) -> LlmAgentSpec:
         """The spec with `api_key` read from `api_key_env` (a ValueError if it is not set)."""
         peers = [peer.with_token_from(environ) for peer in self.a2a_peers]
-        spec = msgspec.structs.replace(self, a2a_peers=peers) if peers else self
+        servers = [server.with_headers_from(environ) for server in self.mcp_servers]
+        spec = msgspec.structs.replace(self, a2a_peers=peers, mcp_servers=servers)
         if not self.api_key_env:
             return spec
         key = environ.get(self.api_key_env, "")
@@ -433,8 +448,12 @@ class LlmModel(TurnModel):
         *,
         sleep: Sleep = asyncio.sleep,
         transport: httpx.AsyncBaseTransport | None = None,
+        withheld_tools: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         self.spec = spec
+        # Names of tools not to offer the model now (MCP tools changed since they were pinned
+        # whose listing the guardian denied: `McpToolset.withheld`).
+        self.withheld_tools = withheld_tools
         self.limits = spec.limits
         self._sleep = sleep
         self._transport = transport
@@ -486,7 +505,9 @@ class LlmModel(TurnModel):
             "stop": spec.stop,
         }
         body.update({key: value for key, value in generation.items() if value is not None})
-        if request.tools:
+        withheld = self.withheld_tools()
+        offered = [tool for tool in request.tools if tool.name not in withheld]
+        if offered:
             body["tools"] = [
                 {
                     "type": "function",
@@ -496,7 +517,7 @@ class LlmModel(TurnModel):
                         "parameters": tool.parameters,
                     },
                 }
-                for tool in request.tools
+                for tool in offered
             ]
         return body
 
@@ -634,14 +655,22 @@ def llm_agent(
         if spec.memory
         else None
     )
+    aom = AomLimits(
+        max_response_bytes=spec.aom_max_response_bytes, timeout_seconds=spec.aom_timeout_seconds
+    )
+    builtin = {**BUILTIN_TOOLS, **{tool.name: tool for tool in aom_tools(aom)}}
     all_tools = [
-        *(BUILTIN_TOOLS[name] for name in spec.tools),
+        *(builtin[name] for name in spec.tools),
         *(tool for toolset in toolsets for tool in toolset.tools),
         *(peer.tool for peer in peers),
         *([search_knowledge_tool()] if knowledge else []),
         *([remember_tool()] if memory else []),
         *tools,
     ]
+
+    def withheld() -> frozenset[str]:
+        return frozenset().union(*(toolset.withheld for toolset in toolsets))
+
     seen: set[str] = set()
     for tool in all_tools:
         if tool.name in seen:
@@ -655,7 +684,7 @@ def llm_agent(
         instructions=spec.instructions,
         provider=_PROVIDER,
         model_info=ModelInfo(name=spec.model, id=spec.model, provider=LlmProvider(name=host)),
-        model=model or LlmModel(spec),
+        model=model or LlmModel(spec, withheld_tools=withheld),
         options=options,
         capabilities=AgentCapabilities(
             stream=StreamCapabilities(delta=Empty(), message=Empty(), none=Empty()),

@@ -10,10 +10,15 @@ Every MCP message of a call goes through the turn's guardian as `protocols/MCP`
 (`ToolContext.mcp_send` before it is sent, `ToolContext.mcp_receive` before it is used), as
 `specs/aos/extend_mcp.md` says: a denied request is not sent, a denied answer is not used, a
 modified one is sent or used as modified. Before a connection's first call its `tools/list` is
-sent and screened the same way (tool descriptions are untrusted text the model reads) and
-compared with the pins: a tool whose description or schema changed since it was first seen (a
-"rug pull") is refused, and the refusal names the tool and both hashes. A server's
-`notifications/tools/list_changed` makes the next call list and compare again.
+compared with the pins: the tools whose description or schema changed since they were first
+seen (a "rug pull") are named in the answer's `_meta["aap-server/pinChanged"]` (the answer
+is the tools alone: a server's own `_meta` is not passed on), which the policy guardian reports
+as the finding
+`mcp.tool_changed`. The guardian decides: a denied list is not used (the call fails with the
+guardian's reason, and the changed tools are withheld from the model, `withheld`, until a later
+list is allowed); an allowed one lets the changed tools be called (the model still reads the
+pinned description). A server's `notifications/tools/list_changed` makes the next call list
+and compare again.
 
 The guardian sees the JSON-RPC messages as the SDK sends them (method and params, and the
 result as the server returned it); the `id` is this toolset's own counter. The connection's
@@ -30,22 +35,26 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from aap_server.agent import ServerTool, StepDeniedError, ToolContext, ToolError
 
-__all__ = ["McpServerSpec", "McpTool", "McpToolset", "tool_pin"]
+__all__ = ["PIN_CHANGED", "McpServerSpec", "McpTool", "McpToolset", "tool_pin"]
 
 logger = logging.getLogger("aap_server.mcp")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")  # an RFC 9110 token
 # The separator between a server's name and its tool's in the agent's tool names.
 SEPARATOR = "__"
 # OpenAI-compatible endpoints accept tool names of at most 64 characters.
 MAX_TOOL_NAME = 64
+# The `_meta` key of a `tools/list` answer (as the guardian is shown it) naming the tools that
+# changed since they were pinned: the policy guardian's `MCP_PIN_CHANGED`.
+PIN_CHANGED = "aap-server/pinChanged"
 
 
 class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -59,6 +68,10 @@ class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
     url: str = ""
+    # HTTP headers sent to `url` (e.g. `Authorization`): values given here, or the names of
+    # environment variables holding them (`headers_env`, read at start). Never printed.
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    headers_env: dict[str, str] = msgspec.field(default_factory=dict)
     # Serve only these of the server's tools (default: all).
     tools: list[str] | None = None
     # Whether clients see the tools in /meta and enable them per session (else always on).
@@ -81,6 +94,33 @@ class McpServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(f"{field_name}: must be positive")
         if not 1 <= self.max_tools <= 1024:
             raise ValueError("max_tools: must be within 1..1024")
+        if (self.headers or self.headers_env) and not self.url:
+            raise ValueError("headers: only a url (streamable HTTP) server takes headers")
+        for header in [*self.headers, *self.headers_env]:
+            if not _HEADER.fullmatch(header):
+                raise ValueError(f"headers: {header!r} is not an HTTP header name")
+        for header, value in self.headers.items():
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"headers: the value of {header!r} may not hold a line break")
+        both = sorted({h.lower() for h in self.headers} & {h.lower() for h in self.headers_env})
+        if both:
+            raise ValueError(f"headers: {both[0]!r} is in both headers and headers_env")
+
+    def with_headers_from(self, environ: Mapping[str, str]) -> McpServerSpec:
+        """The spec with `headers_env` read into `headers` (a ValueError naming the variable
+        when one is not set)."""
+        if not self.headers_env:
+            return self
+        headers = dict(self.headers)
+        for header, variable in self.headers_env.items():
+            value = environ.get(variable, "")
+            if not value:
+                raise ValueError(
+                    f"mcp_servers ({self.name!r}): headers_env: environment variable "
+                    f"{variable} is not set"
+                )
+            headers[header] = value
+        return msgspec.structs.replace(self, headers=headers, headers_env={})
 
     def __repr__(self) -> str:  # env values may be secrets
         where = self.url or self.command
@@ -187,6 +227,8 @@ def _client_info() -> Any:
 
 
 def _transport(spec: McpServerSpec) -> contextlib.AbstractAsyncContextManager[Any]:
+    if spec.url and spec.headers:
+        return _http_with_headers(spec.url, spec.headers)
     if spec.url:
         from mcp.client.streamable_http import streamable_http_client
 
@@ -197,6 +239,20 @@ def _transport(spec: McpServerSpec) -> contextlib.AbstractAsyncContextManager[An
         command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=spec.cwd
     )
     return stdio_client(parameters, errlog=sys.stderr)
+
+
+@contextlib.asynccontextmanager
+async def _http_with_headers(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """The streamable HTTP transport with an HTTP client of the SDK's defaults that sends
+    `headers` (closed with the transport)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's default client
+
+    async with (
+        create_mcp_http_client(headers=headers) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -236,7 +292,8 @@ class McpToolset:
         # Whether the live connection's tool list was screened and compared with the pins
         # (cleared on connect and when the server says its list changed).
         self._verified = False
-        self._changed: dict[str, str] = {}
+        # Tools whose changed listing the guardian denied: not offered to the model.
+        self._refused: set[str] = set()
         self._message_id = 0
         self.listed: list[McpTool] = []
         self._live: Any = None
@@ -291,6 +348,12 @@ class McpToolset:
             tools = [tool for tool in tools if tool.name in wanted]
         self.listed = tools
         self.pins = {tool.name: tool_pin(tool) for tool in tools}
+
+    @property
+    def withheld(self) -> frozenset[str]:
+        """The agent's names (`<server>__<tool>`) of tools changed since they were pinned whose
+        listing the guardian denied: the model is not offered them."""
+        return frozenset(f"{self.spec.name}{SEPARATOR}{name}" for name in self._refused)
 
     @property
     def tools(self) -> list[ServerTool]:
@@ -366,39 +429,39 @@ class McpToolset:
         self._connection, self._live, self._verified = connection, session, False
 
     async def _verify(self, session: Any, context: ToolContext) -> None:
-        """List the tools through the guardian and compare them with the pins."""
+        """List the tools through the guardian, the ones changed since they were pinned marked
+        in the answer's `_meta`: a denied list leaves them refused (and the call fails)."""
         request = {"jsonrpc": "2.0", "id": self._next_id(), "method": "tools/list"}
         await context.mcp_send(request)
         listing = await _list_all(session, self.spec.max_tools, self.spec.name)
-        answer = await context.mcp_receive(
-            {"jsonrpc": "2.0", "id": request["id"], "result": listing}
-        )
-        seen = {tool.name: tool_pin(tool) for tool in _listed(answer.get("result") or {})}
+        seen = {tool.name: tool_pin(tool) for tool in _listed(listing)}
+        # A tool the server no longer lists is not a change to guard: its calls fail there.
         changed = {
-            name: seen.get(name, "(missing)")
+            name: seen[name]
             for name, pinned in self.pins.items()
-            if seen.get(name) != pinned
+            if name in seen and seen[name] != pinned
         }
         for name, now in changed.items():
             logger.warning(
-                "MCP server %r: tool %r changed since it was pinned (sha256 %s -> %s): refused",
+                "MCP server %r: tool %r changed since it was pinned (sha256 %s -> %s)",
                 self.spec.name,
                 name,
                 self.pins[name][:12],
                 now[:12],
             )
-        self._changed = changed
+        if changed:
+            listing["_meta"] = {PIN_CHANGED: sorted(changed)}
+        try:
+            await context.mcp_receive({"jsonrpc": "2.0", "id": request["id"], "result": listing})
+        except StepDeniedError:
+            self._refused.update(changed)
+            raise
+        self._refused = set()
         self._verified = True
 
     async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> str:
         """Call one tool: the request and its answer each go through the guardian."""
         session = await self._session(context)
-        if tool in self._changed:
-            raise ToolError(
-                f"MCP tool {tool!r} of server {self.spec.name!r} changed its description or "
-                f"schema since it was pinned (sha256 {self.pins[tool][:12]} -> "
-                f"{self._changed[tool][:12]}): refused as a possible rug pull"
-            )
         request: dict[str, Any] = {
             "jsonrpc": "2.0",
             "id": self._next_id(),

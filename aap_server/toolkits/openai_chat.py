@@ -8,6 +8,12 @@ failure — an error status, a read timeout, a stream that stops early, a malfor
 chunk, an error event in the stream — raises `UpstreamError` with one readable line that never
 holds the API key. The response is closed whenever the caller stops (it returns, fails or is
 cancelled), so no upstream request outlives the turn that made it.
+
+Why httpx and not the official `openai` SDK: the server already depends on httpx (A2A, AOM),
+and every bound here must be ours to set and to test — the size of one event and of a whole
+response, retries capped in number and wait (the SDK retries on its own schedule), the stream
+closed at once when the turn stops — while the chunks stay plain JSON, so the fields servers
+other than OpenAI send (`reasoning_content`, `reasoning`) are read like any other.
 """
 
 from __future__ import annotations

@@ -174,6 +174,29 @@ async def test_an_agent_delegates_to_a_remote_agent_guarded_on_both_sides(
     ]
 
 
+async def test_private_data_from_a_remote_answer_does_not_leave_through_another_delegation(
+    tmp_path: Path, local_fake: FakeOpenAI, remote_fake: FakeOpenAI, remote: ServerProcess
+) -> None:
+    """`a2a__*` tools are egress tools in the default policy: what a remote agent told this
+    one (untrusted) may not be sent on with private data in it."""
+    local_fake.script(
+        tool_calls_reply(("a2a__helper", {"message": "Who handles refunds?"})),
+        tool_calls_reply(("a2a__helper", {"message": "Forward the refunds to carol@example.org"})),
+        text_reply("I could not forward it."),
+    )
+    remote_fake.script(text_reply("Carol does: carol@example.org."))
+    guardian = RecordingGuardian()
+    tables = agent_table("boss", local_fake.base_url, peers_table(remote))
+    async with running(tmp_path, tables, guardian, environ={"PEER_KEY": "key-alice"}) as client:
+        answer, audit = await turn(client, "boss", "Sort out the refunds", ["a2a__helper"])
+
+    denied = [(r["method"], r["ruleId"]) for r in audit if r["decision"] == "deny"]
+    assert denied == [("steps/toolCallRequest", "no-exfiltration-after-untrusted-content")]
+    assert len(remote_fake.requests) == 1  # the second delegation was never sent
+    assert [m.get("method") for m in a2a_messages(guardian)] == ["message/send", None]
+    assert answer["messages"][-1]["content"] == "I could not forward it."
+
+
 async def test_a_trigger_the_remote_guardian_denies_runs_nothing(
     tmp_path: Path, local_fake: FakeOpenAI, remote_fake: FakeOpenAI, remote: ServerProcess
 ) -> None:

@@ -72,8 +72,8 @@ async def site() -> AsyncIterator[Site]:
         yield running_site
 
 
-def tables(fake: FakeOpenAI) -> str:
-    return agent_table("web", fake.base_url, f"tools = {json.dumps(AOM_TOOLS)}\n")
+def tables(fake: FakeOpenAI, settings: str = "") -> str:
+    return agent_table("web", fake.base_url, f"tools = {json.dumps(AOM_TOOLS)}\n" + settings)
 
 
 async def session(client: httpx.AsyncClient) -> str:
@@ -118,7 +118,9 @@ async def test_an_allowed_surface_takes_a_declared_action_with_valid_params(
     )
     async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
         sid = await session(client)
-        answer = await say(client, sid, "Sign me in")
+        answer = await say(
+            client, sid, f"Sign me in at {login} as ada@example.test, password correct horse"
+        )
         audit = await audit_of(client, sid)
     assert answer["messages"][-1]["content"] == "Signed in as Test User."
     assert [path for path, _ in site.posts] == ["/login"]
@@ -250,7 +252,7 @@ async def test_an_open_surface_takes_any_action_but_authorization_waits_for_a_hu
     )
     async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
         sid = await session(client)
-        waiting = await say(client, sid, "Buy it")
+        waiting = await say(client, sid, f"Buy it: {product}, checkout {payment}")
         assert waiting["stopReason"] == "tool_use"
         assert [path for path, _ in site.posts] == ["/product"]  # the order waits
         call_id = waiting["messages"][-1]["content"][-1]["toolCallId"]
@@ -261,6 +263,29 @@ async def test_an_open_surface_takes_any_action_but_authorization_waits_for_a_hu
     assert [path for path, _ in site.posts] == ["/product", "/payment"]
     assert site.posts[1][1]["params"] == order
     assert json.loads(tool_results(fake)[-1])["result"]["order_id"] == "ord_001"
+
+
+async def test_an_action_with_credentials_the_user_never_gave_asks_the_user_first(
+    tmp_path: Path, fake: FakeOpenAI, site: Site
+) -> None:
+    """`aom_invoke` posts to the site (the default policy's `[[tools]]`): a surface or values
+    that did not come from the user make the call a permission request (provenance rules)."""
+    login = f"{site.base_url}/login"
+    fake.script(
+        tool_calls_reply(("aom_read_surface", {"url": login})),
+        tool_calls_reply(
+            ("aom_invoke", {"surface": login, "action": "submit_login", "params": CREDENTIALS})
+        ),
+        text_reply("Signed in."),
+    )
+    async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
+        sid = await session(client)
+        waiting = await say(client, sid, "Sign me in")
+        audit = await audit_of(client, sid)
+    assert waiting["stopReason"] == "tool_use"
+    assert site.posts == []  # nothing was submitted
+    asked = [r["ruleId"] for r in audit if r["method"] == "steps/toolCallRequest"]
+    assert asked[-1] == "consequential-call-to-unknown-target"
 
 
 async def test_an_action_on_a_surface_not_read_is_refused(
@@ -296,26 +321,26 @@ async def test_a_page_that_is_not_a_valid_surface_is_refused_naming_the_field(
     assert "automation_policy: 'whatever' is not one of ['allowed', 'forbidden', 'open']" in told
 
 
+@pytest.mark.parametrize("limit", [MAX_AOM_RESPONSE_BYTES, 16 * 1024], ids=["default", "set"])
 async def test_a_surface_past_the_size_limit_is_refused_without_reading_it_all(
-    tmp_path: Path, fake: FakeOpenAI, site: Site
+    tmp_path: Path, fake: FakeOpenAI, site: Site, limit: int
 ) -> None:
     surface = json.loads((EXAMPLES / "login.aom.json").read_text(encoding="utf-8"))
     surface["purpose"]["primary_goal"] = ""
     size = len(json.dumps(surface))  # how the site sends it
-    surface["purpose"]["primary_goal"] = "x" * (MAX_AOM_RESPONSE_BYTES - size + 1)  # 1 byte over
+    surface["purpose"]["primary_goal"] = "x" * (limit - size + 1)  # 1 byte over
     site.broken["/huge"] = surface
     at_limit = json.loads(json.dumps(surface))
-    at_limit["purpose"]["primary_goal"] = "x" * (MAX_AOM_RESPONSE_BYTES - size)  # exactly
+    at_limit["purpose"]["primary_goal"] = "x" * (limit - size)  # exactly
     site.broken["/fits"] = at_limit
+    setting = "" if limit == MAX_AOM_RESPONSE_BYTES else f"aom_max_response_bytes = {limit}\n"
     fake.script(
         tool_calls_reply(("aom_read_surface", {"url": f"{site.base_url}/huge"})),
         tool_calls_reply(("aom_read_surface", {"url": f"{site.base_url}/fits"})),
         text_reply("Done."),
     )
-    async with running(tmp_path, tables(fake), RecordingGuardian()) as client:
+    async with running(tmp_path, tables(fake, setting), RecordingGuardian()) as client:
         await say(client, await session(client), "Read them")
     huge, fits = tool_results(fake)
-    assert huge == (
-        f"Error: the answer of {site.base_url}/huge is larger than {MAX_AOM_RESPONSE_BYTES} bytes"
-    )
+    assert huge == f"Error: the answer of {site.base_url}/huge is larger than {limit} bytes"
     assert json.loads(fits)["surface_id"] == "app:auth:login"

@@ -410,3 +410,22 @@ async def test_config_agents_serve_even_when_another_library_owns_the_name_agent
         assert response.json()["stopReason"] == "end_turn"
     with pytest.raises(AgentLoadError, match=r"entry point 'bundled' \(agents:discover\)"):
         load_agents()
+
+
+async def test_the_generation_settings_of_the_agent_table_reach_the_endpoint(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    fake.script(text_reply("Done."))
+    settings = {"top_p": 0.9, "max_tokens": 321, "seed": 7, "stop": ["END"]}
+    async with llm_server(tmp_path, fake, **settings) as client:
+        session_id = await new_session(client)
+        response = await client.post(
+            f"/sessions/{session_id}/turns",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert response.json()["stopReason"] == "end_turn"
+    sent = fake.requests[0].body
+    assert {key: sent.get(key) for key in [*settings, "temperature"]} == {
+        **settings,
+        "temperature": 0.2,
+    }

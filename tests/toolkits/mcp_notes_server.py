@@ -3,6 +3,7 @@
     python -m tests.toolkits.mcp_notes_server            # stdio
     python -m tests.toolkits.mcp_notes_server PORT       # streamable HTTP on 127.0.0.1:PORT/mcp
 
+Over HTTP, `NOTES_TOKEN`, when set, is the bearer token every request must carry (else 401).
 `NOTES_DESCRIPTION_FILE`, when set, is read at every `tools/list` as the description of
 `lookup` (so a test can change it under a running server: a "rug pull"). `NOTES_LOG`, when
 set, is a file each `tools/call` appends its tool name and arguments to (what the server got).
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -68,8 +70,28 @@ async def _list_with_fresh_description():  # type: ignore[no-untyped-def]
 
 server.list_tools = _list_with_fresh_description  # type: ignore[method-assign]
 
+
+def _requiring_token(app: Any, token: str) -> Any:
+    """`app`, answering 401 to a request without `Authorization: Bearer <token>`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
+    if len(sys.argv) > 1 and os.environ.get("NOTES_TOKEN"):
+        import uvicorn
+
+        app = _requiring_token(server.streamable_http_app(), os.environ["NOTES_TOKEN"])
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    elif len(sys.argv) > 1:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
     else:
         server.run()

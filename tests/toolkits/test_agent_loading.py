@@ -171,6 +171,14 @@ model = "qwen3"
             "agents[0] ('helper'): extra: messages is set by the agent itself",
         ),
         ("max_retries = 11", "agents[0] ('helper'): max_retries: must be within 0..10"),
+        (
+            "aom_max_response_bytes = 1023",
+            "agents[0] ('helper'): aom_max_response_bytes: must be within 1024..67108864",
+        ),
+        (
+            "aom_timeout_seconds = 0",
+            "agents[0] ('helper'): aom_timeout_seconds: must be within 0..600 (and not 0)",
+        ),
         ("max_event_bytes = 1023", "agents[0] ('helper'): max_event_bytes: must be at least 1024"),
         (
             'api_key = "a"\napi_key_env = "B"',

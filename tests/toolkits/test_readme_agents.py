@@ -134,4 +134,5 @@ async def test_the_mcp_knowledge_and_memory_agents_appear_in_meta_as_documented(
     assert "UTC" in json.dumps(agents["clock"]["tools"])  # the server's own descriptions
     assert "tools" not in agents["handbook"]
     assert "tools" not in agents["buddy"]
+    assert meta["extensions"] == {"aap-server/memories": {"path": "/memories", "agents": ["buddy"]}}
     assert (tmp_path / "aap-memory.db").exists()
