@@ -114,6 +114,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_concurrent_aos_requests: int = 8
     max_sessions: int = 10_000
     max_stored_bytes: int = 1024**3
+    # Per POST /aos caller: bytes of guardian session memory kept in the store (least
+    # recently written sessions go first), and sessions pushed out while tainted remembered
+    # by id (past that, every session of the caller with no memory stored counts as tainted).
+    aos_memory_bytes_per_caller: int = 16 * 1024 * 1024
+    aos_forgotten_sessions_per_caller: int = 50_000
     log_level: str = "info"
     # Every log line (ours, uvicorn's) as one JSON object, or a readable console line.
     log_format: Literal["json", "console"] = "console"
@@ -163,6 +168,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "max_option_bytes",
             "rate_limit_burst",
             "db_pool_max",
+            "aos_memory_bytes_per_caller",
+            "aos_forgotten_sessions_per_caller",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

@@ -162,10 +162,38 @@ class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
     originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
     counters: dict[str, int] = {}
     provenance: ProvenanceMemory | None = None
+    # The memory stands for one that was forgotten (`SessionFacts.of_forgotten`).
+    forgotten: bool = False
+
+
+class _Taint(msgspec.Struct, kw_only=True):
+    """The fields of a `SessionMemory` that say whether forgetting it would lose a denial."""
+
+    untrusted_seen: bool = False
+    private_lines: list[int] = []
+    private_prints: list[int] = []
+    private_saturated: bool = False
+    forgotten: bool = False
 
 
 _memory_encoder = msgspec.json.Encoder()
 _memory_decoder = msgspec.json.Decoder(SessionMemory)
+_taint_decoder = msgspec.json.Decoder(_Taint)
+
+
+def exported_tainted(memory: bytes) -> bool:
+    """`SessionFacts.tainted()` of an export, without importing it; True if unreadable."""
+    try:
+        taint = _taint_decoder.decode(memory)
+    except (msgspec.DecodeError, ValueError, TypeError):
+        return True
+    return bool(
+        taint.untrusted_seen
+        or taint.private_saturated
+        or taint.forgotten
+        or taint.private_lines
+        or taint.private_prints
+    )
 
 
 class SessionFacts:
@@ -202,7 +230,8 @@ class SessionFacts:
     def tainted(self) -> bool:
         """Whether forgetting this session would lose something that denies a step."""
         return (
-            self.untrusted_seen
+            self.forgotten
+            or self.untrusted_seen
             or self.private_saturated
             or bool(len(self.private_values) or len(self.private_lines))
         )
@@ -274,6 +303,7 @@ class SessionFacts:
                 originals=self.originals,
                 counters=self.counters,
                 provenance=self.provenance.export(),
+                forgotten=self.forgotten,
             )
         )
 
@@ -286,6 +316,7 @@ class SessionFacts:
         facts.calls_in_session = stored.calls_in_session
         facts.calls_by_tool = dict(stored.calls_by_tool)
         facts.untrusted_seen = stored.untrusted_seen
+        facts.forgotten = stored.forgotten
         facts.untrusted_lines.add_all(stored.untrusted_lines)
         facts.private_lines.add_all(stored.private_lines)
         facts.private_values.add_all(stored.private_prints)

@@ -4,6 +4,7 @@ from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash, first_b
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
+    CallerMemory,
     Compaction,
     HistoryKind,
     InvalidCursorError,
@@ -26,6 +27,7 @@ __all__ = [
     "AuditChain",
     "AuditDraft",
     "AuditPage",
+    "CallerMemory",
     "Compaction",
     "HistoryKind",
     "InvalidCursorError",

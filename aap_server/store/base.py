@@ -115,6 +115,11 @@ class StoreLimits(msgspec.Struct, frozen=True, kw_only=True):
 
     max_sessions: int = 0
     max_stored_bytes: int = 0
+    # POST /aos callers' guardian memory (see `CallerMemory`): bytes kept per caller (least
+    # recently written sessions go first), and tainted sessions remembered as forgotten per
+    # caller (past that, every session of the caller with nothing stored counts as tainted).
+    caller_memory_bytes: int = 16 * 1024 * 1024
+    caller_forgotten_sessions: int = 50_000
 
 
 QuotaKind = Literal["sessions", "stored_bytes"]
@@ -141,6 +146,24 @@ class AuditChain(msgspec.Struct, frozen=True, kw_only=True):
     ended_at_ms: int | None
     start_seq: int
     start_hash: str
+
+
+class CallerMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """What the guardian remembers of one session of a POST /aos caller, as stored.
+
+    `memory` is the guardian's export (opaque here); None with `forgotten` when the session
+    was tainted and pushed out by the caller's byte cap (or the caller forgot too many such
+    sessions to name them): the guardian must take the worst. `version` is what a save must
+    name to replace it (0: nothing stored)."""
+
+    memory: bytes | None = None
+    forgotten: bool = False
+    version: int = 0
+
+
+# Counted per stored caller memory row besides its blob and session id (so no number of
+# empty sessions escapes the caller's byte cap).
+CALLER_MEMORY_ROW_BYTES = 64
 
 
 def caller_chain(owner: str) -> str:
@@ -222,6 +245,20 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def load_state(self, session_id: str) -> dict[str, Any]:
         """The agent-private state of a session (empty when none was stored)."""
+
+    # -- POST /aos callers' guardian memory ------------------------------------------------
+
+    @abc.abstractmethod
+    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+        """The stored guardian memory of a caller's session (one indexed read)."""
+
+    @abc.abstractmethod
+    async def save_caller_memory(
+        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+    ) -> bool:
+        """Replace the memory loaded at `version`; False (nothing written) if it changed
+        since. Keeps the caller under `StoreLimits.caller_memory_bytes` by pushing out its
+        least recently saved sessions (a `tainted` one is remembered as forgotten)."""
 
     # -- the turn lease: one turn per session across every process sharing the database -----
     #

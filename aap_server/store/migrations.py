@@ -111,6 +111,34 @@ MIGRATIONS: tuple[str, ...] = (
              WHERE a.chain = s.session_id))
         FROM sessions AS s GROUP BY owner;
     """,
+    # 5: POST /aos callers' guardian memory (per caller and session, bounded per caller).
+    """
+    CREATE TABLE caller_memory (
+        caller     TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        memory     BLOB NOT NULL,     -- the guardian's export
+        tainted    INTEGER NOT NULL,  -- pushing it out must leave a `caller_forgotten` row
+        version    INTEGER NOT NULL,  -- bumped by every save (optimistic concurrency)
+        used_at    INTEGER NOT NULL,  -- the caller's clock at the last save (LRU order)
+        PRIMARY KEY (caller, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX caller_memory_lru ON caller_memory (caller, used_at);
+
+    CREATE TABLE caller_forgotten (
+        caller     TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        version    INTEGER NOT NULL,  -- one past the version it had: a save from before fails
+        PRIMARY KEY (caller, session_id)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE caller_memory_usage (
+        caller     TEXT PRIMARY KEY,
+        bytes      INTEGER NOT NULL,  -- of its caller_memory rows (blob, id, row overhead)
+        forgotten  INTEGER NOT NULL,  -- its caller_forgotten rows
+        clock      INTEGER NOT NULL,
+        overflowed INTEGER NOT NULL   -- forgot too many to name: any unknown one is tainted
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -28,6 +28,7 @@ from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
+    CallerMemory,
     HistoryKind,
     SessionPage,
     SessionRecord,
@@ -36,6 +37,12 @@ from aap_server.store.base import (
     StoreLimits,
     StoreUnavailableError,
     TurnSnapshot,
+)
+from aap_server.store.caller_memory import (
+    EVICT_BATCH,
+    CallerMemorySave,
+    CallerUsage,
+    caller_row_bytes,
 )
 from aap_server.store.codec import (
     AUDIT_DECODER,
@@ -225,6 +232,48 @@ _RENEW_LEASE = (
 _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = $1 AND turn_id = $2"
 
 
+_SELECT_CALLER_MEMORY = (
+    "SELECT memory, version FROM caller_memory WHERE caller = $1 AND session_id = $2"
+)
+_SELECT_CALLER_FORGOTTEN = (
+    "SELECT version FROM caller_forgotten WHERE caller = $1 AND session_id = $2"
+)
+_CALLER_OVERFLOWED = "SELECT overflowed FROM caller_memory_usage WHERE caller = $1"
+_OPEN_CALLER_USAGE = (
+    "INSERT INTO caller_memory_usage (caller, bytes, forgotten, clock, overflowed) "
+    "VALUES ($1, 0, 0, 0, false) ON CONFLICT (caller) DO NOTHING"
+)
+# Locked: a caller's saves are serialised (its counters and LRU order stay exact).
+_LOCK_CALLER_USAGE = (
+    "SELECT bytes, forgotten, clock, overflowed FROM caller_memory_usage WHERE caller = $1 "
+    "FOR UPDATE"
+)
+_PUT_CALLER_USAGE = (
+    "UPDATE caller_memory_usage SET bytes = $2, forgotten = $3, clock = $4, overflowed = $5 "
+    "WHERE caller = $1"
+)
+_CALLER_ROW = (
+    "SELECT version, octet_length(memory) FROM caller_memory WHERE caller = $1 AND session_id = $2"
+)
+_PUT_CALLER_MEMORY = (
+    "INSERT INTO caller_memory (caller, session_id, memory, tainted, version, used_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (caller, session_id) DO UPDATE SET "
+    "memory = excluded.memory, tainted = excluded.tainted, version = excluded.version, "
+    "used_at = excluded.used_at"
+)
+_UNFORGET = "DELETE FROM caller_forgotten WHERE caller = $1 AND session_id = $2"
+_LEAST_RECENT = (
+    "SELECT session_id, tainted, version, octet_length(memory) FROM caller_memory "
+    "WHERE caller = $1 ORDER BY used_at LIMIT $2"
+)
+_DROP_CALLER_MEMORY = "DELETE FROM caller_memory WHERE caller = $1 AND session_id = $2"
+_FORGET = (
+    "INSERT INTO caller_forgotten (caller, session_id, version) VALUES ($1, $2, $3) "
+    "ON CONFLICT (caller, session_id) DO UPDATE SET version = excluded.version"
+)
+_FORGET_ALL = "DELETE FROM caller_forgotten WHERE caller = $1"
+
+
 # --- operations inside one transaction --------------------------------------------------------
 
 if TYPE_CHECKING:  # what the pool hands out: a proxy with the whole Connection API
@@ -320,6 +369,55 @@ async def _prune(conn: Connection, before_ms: int, batch: int) -> int:
             removed += await _drop(conn, owner, _DROP_ENTRIES_THROUGH, chain, last_seq)
             await conn.execute(_MOVE_CHAIN_START, last_seq + 1, last_hash, chain)
     return removed
+
+
+async def _save_caller_memory(
+    conn: Connection, limits: StoreLimits, caller: str, save: CallerMemorySave
+) -> bool:
+    session_id = save.session_id
+    await conn.execute(_OPEN_CALLER_USAGE, caller)
+    usage = CallerUsage.of(await conn.fetchrow(_LOCK_CALLER_USAGE, caller))
+    row = await conn.fetchrow(_CALLER_ROW, caller, session_id)
+    forgotten_version = None
+    if row is None:
+        forgotten_version = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
+    current = row[0] if row else forgotten_version if forgotten_version is not None else 0
+    if current != save.version:
+        return False
+    if row is not None:
+        usage.bytes -= caller_row_bytes(session_id, row[1])
+    if forgotten_version is not None:
+        await conn.execute(_UNFORGET, caller, session_id)
+        usage.forgotten -= 1
+    usage.clock += 1
+    await conn.execute(
+        _PUT_CALLER_MEMORY,
+        caller,
+        session_id,
+        save.memory,
+        save.tainted,
+        save.version + 1,
+        usage.clock,
+    )
+    usage.bytes += caller_row_bytes(session_id, len(save.memory))
+    while usage.bytes > limits.caller_memory_bytes:
+        oldest = await conn.fetch(_LEAST_RECENT, caller, EVICT_BATCH)
+        victims = [r for r in oldest if r[0] != session_id]
+        if not victims:
+            break
+        for victim, tainted, version, size in victims:
+            await conn.execute(_DROP_CALLER_MEMORY, caller, victim)
+            usage.bytes -= caller_row_bytes(victim, size)
+            if tainted:
+                await conn.execute(_FORGET, caller, victim, version + 1)
+                usage.forgotten += 1
+            if usage.bytes <= limits.caller_memory_bytes:
+                break
+    if usage.forgotten > limits.caller_forgotten_sessions:
+        await conn.execute(_FORGET_ALL, caller)
+        usage.forgotten, usage.overflowed = 0, True
+    await conn.execute(_PUT_CALLER_USAGE, caller, *usage.row())
+    return True
 
 
 async def _migrate(conn: Connection) -> tuple[int, int]:
@@ -592,6 +690,29 @@ class PostgresSessionStore(SessionStore):
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
         return await self._run(lambda conn: _prune(conn, before_ms, batch), write=True)
+
+    # -- POST /aos callers' guardian memory ------------------------------------------------
+
+    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+        async def read(conn: Connection) -> CallerMemory:
+            row = await conn.fetchrow(_SELECT_CALLER_MEMORY, caller, session_id)
+            if row is not None:
+                return CallerMemory(memory=row[0], version=row[1])
+            gone = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
+            if gone is not None:
+                return CallerMemory(forgotten=True, version=gone)
+            return CallerMemory(forgotten=bool(await conn.fetchval(_CALLER_OVERFLOWED, caller)))
+
+        return await self._run(read)
+
+    async def save_caller_memory(
+        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+    ) -> bool:
+        save = CallerMemorySave(session_id, memory, tainted, version)
+        limits = self._limits
+        return await self._run(
+            lambda conn: _save_caller_memory(conn, limits, caller, save), write=True
+        )
 
     # -- turn lease -------------------------------------------------------------------------
 

@@ -7,9 +7,10 @@ them once (the others wait for the lock, then find nothing left to do); PostgreS
 transactional, so a failure leaves the database as it was.
 
 Distribution key (Citus): every per-session table is keyed by `session_id` first (audit
-chains by `chain`, which is the session id for a session's chain) and `owner_usage` by
-`owner`; there are no sequences, serial columns or foreign keys except from a session's
-rows to the session itself (co-located on the same key). Text keys use the "C" collation:
+chains by `chain`, which is the session id for a session's chain), `owner_usage` by
+`owner` and the `caller_*` tables of POST /aos callers' guardian memory by `caller`; there
+are no sequences, serial columns or foreign keys except from a session's rows to the session
+itself (co-located on the same key). Text keys use the "C" collation:
 keyset paging compares them byte-wise, whatever the database's locale.
 """
 
@@ -79,6 +80,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             session_id text COLLATE "C" PRIMARY KEY,
             turn_id    text NOT NULL,
             expires_at timestamptz NOT NULL
+        )""",
+    ),
+    # 2: POST /aos callers' guardian memory (see SQLite's migration 5); keyed by caller.
+    (
+        """CREATE TABLE caller_memory (
+            caller     text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL,
+            memory     bytea NOT NULL,
+            tainted    boolean NOT NULL,
+            version    bigint NOT NULL,
+            used_at    bigint NOT NULL,
+            PRIMARY KEY (caller, session_id)
+        )""",
+        "CREATE INDEX caller_memory_lru ON caller_memory (caller, used_at)",
+        """CREATE TABLE caller_forgotten (
+            caller     text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL,
+            version    bigint NOT NULL,
+            PRIMARY KEY (caller, session_id)
+        )""",
+        """CREATE TABLE caller_memory_usage (
+            caller     text COLLATE "C" PRIMARY KEY,
+            bytes      bigint NOT NULL,
+            forgotten  bigint NOT NULL,
+            clock      bigint NOT NULL,
+            overflowed boolean NOT NULL
         )""",
     ),
 )

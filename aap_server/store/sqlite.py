@@ -25,6 +25,7 @@ from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
+    CallerMemory,
     HistoryKind,
     SessionPage,
     SessionRecord,
@@ -32,6 +33,12 @@ from aap_server.store.base import (
     StepWrite,
     StoreLimits,
     TurnSnapshot,
+)
+from aap_server.store.caller_memory import (
+    EVICT_BATCH,
+    CallerMemorySave,
+    CallerUsage,
+    caller_row_bytes,
 )
 from aap_server.store.codec import (
     AUDIT_DECODER,
@@ -157,6 +164,36 @@ _DROP_ENTRIES_THROUGH = (
     "DELETE FROM audit_entries WHERE chain = ? AND seq <= ? RETURNING length(entry)"
 )
 _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = ?, start_hash = ? WHERE chain = ?"
+
+
+_SELECT_CALLER_MEMORY = (
+    "SELECT memory, version FROM caller_memory WHERE caller = ? AND session_id = ?"
+)
+_SELECT_CALLER_FORGOTTEN = (
+    "SELECT version FROM caller_forgotten WHERE caller = ? AND session_id = ?"
+)
+_CALLER_USAGE = (
+    "SELECT bytes, forgotten, clock, overflowed FROM caller_memory_usage WHERE caller = ?"
+)
+_PUT_CALLER_USAGE = (
+    "INSERT OR REPLACE INTO caller_memory_usage (caller, bytes, forgotten, clock, overflowed) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_CALLER_ROW = (
+    "SELECT version, length(memory) FROM caller_memory WHERE caller = ? AND session_id = ?"
+)
+_PUT_CALLER_MEMORY = (
+    "INSERT OR REPLACE INTO caller_memory (caller, session_id, memory, tainted, version, used_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UNFORGET = "DELETE FROM caller_forgotten WHERE caller = ? AND session_id = ?"
+_LEAST_RECENT = (
+    "SELECT session_id, tainted, version, length(memory) FROM caller_memory "
+    "WHERE caller = ? ORDER BY used_at LIMIT ?"
+)
+_DROP_CALLER_MEMORY = "DELETE FROM caller_memory WHERE caller = ? AND session_id = ?"
+_FORGET = "INSERT OR REPLACE INTO caller_forgotten (caller, session_id, version) VALUES (?, ?, ?)"
+_FORGET_ALL = "DELETE FROM caller_forgotten WHERE caller = ?"
 
 
 # --- synchronous operations, run on the database thread -------------------------------------
@@ -308,6 +345,62 @@ def _create_sync(
     conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
+
+
+def _load_caller_memory_sync(
+    conn: sqlite3.Connection, caller: str, session_id: str
+) -> CallerMemory:
+    row = conn.execute(_SELECT_CALLER_MEMORY, (caller, session_id)).fetchone()
+    if row is not None:
+        return CallerMemory(memory=row[0], version=row[1])
+    gone = conn.execute(_SELECT_CALLER_FORGOTTEN, (caller, session_id)).fetchone()
+    if gone is not None:
+        return CallerMemory(forgotten=True, version=gone[0])
+    usage = conn.execute(_CALLER_USAGE, (caller,)).fetchone()
+    return CallerMemory(forgotten=bool(usage and usage[3]))
+
+
+def _save_caller_memory_sync(
+    conn: sqlite3.Connection, limits: StoreLimits, caller: str, save: CallerMemorySave
+) -> bool:
+    session_id = save.session_id
+    row = conn.execute(_CALLER_ROW, (caller, session_id)).fetchone()
+    forgotten_row = None
+    if row is None:
+        forgotten_row = conn.execute(_SELECT_CALLER_FORGOTTEN, (caller, session_id)).fetchone()
+    current = row[0] if row else forgotten_row[0] if forgotten_row else 0
+    if current != save.version:
+        return False
+    usage = CallerUsage.of(conn.execute(_CALLER_USAGE, (caller,)).fetchone())
+    if row is not None:
+        usage.bytes -= caller_row_bytes(session_id, row[1])
+    if forgotten_row is not None:
+        conn.execute(_UNFORGET, (caller, session_id))
+        usage.forgotten -= 1
+    usage.clock += 1
+    conn.execute(
+        _PUT_CALLER_MEMORY,
+        (caller, session_id, save.memory, save.tainted, save.version + 1, usage.clock),
+    )
+    usage.bytes += caller_row_bytes(session_id, len(save.memory))
+    while usage.bytes > limits.caller_memory_bytes:
+        oldest = conn.execute(_LEAST_RECENT, (caller, EVICT_BATCH)).fetchall()
+        victims = [r for r in oldest if r[0] != session_id]
+        if not victims:
+            break
+        for victim, tainted, version, size in victims:
+            conn.execute(_DROP_CALLER_MEMORY, (caller, victim))
+            usage.bytes -= caller_row_bytes(victim, size)
+            if tainted:
+                conn.execute(_FORGET, (caller, victim, version + 1))
+                usage.forgotten += 1
+            if usage.bytes <= limits.caller_memory_bytes:
+                break
+    if usage.forgotten > limits.caller_forgotten_sessions:
+        conn.execute(_FORGET_ALL, (caller,))
+        usage.forgotten, usage.overflowed = 0, True
+    conn.execute(_PUT_CALLER_USAGE, (caller, *usage.row()))
+    return True
 
 
 async def _call(
@@ -510,3 +603,13 @@ class SqliteSessionStore(SessionStore):
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
         return await self._write(lambda conn: _prune_sync(conn, before_ms, batch))
+
+    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+        return await self._run(lambda conn: _load_caller_memory_sync(conn, caller, session_id))
+
+    async def save_caller_memory(
+        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+    ) -> bool:
+        save = CallerMemorySave(session_id, memory, tainted, version)
+        limits = self._limits
+        return await self._write(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))

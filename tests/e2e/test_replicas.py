@@ -24,6 +24,7 @@ from httpx_sse import aconnect_sse
 from tests.conftest import assert_error
 from tests.e2e.server_process import ServerProcess, free_port, server_process, until_serving
 from tests.e2e.test_aos_endpoint import step
+from tests.e2e.test_review_findings import aos_send_email, aos_tool_result, in_session
 from tests.postgres_cluster import PostgresCluster
 
 ALICE = {"Authorization": "Bearer key-alice"}
@@ -283,3 +284,39 @@ async def test_a_tool_running_on_one_replica_is_not_closed_by_another_until_its_
             if process.returncode is None:
                 process.kill()
             await process.wait()
+
+
+def secret_line(number: int) -> str:
+    ssn = f"2{number}8-05-112{number}"
+    return f"db password for env{number} is Zq{number}kLm2vNp9xRt and the ssn {ssn}"
+
+
+async def test_a_tainted_aos_session_is_tainted_on_every_replica(
+    replicas: list[ServerProcess],
+) -> None:
+    """The guardian's memory of a `POST /aos` caller's session is in the database: what one
+    replica learned denies the exfiltration on another, and no replica's learning is lost
+    when two check steps of the same session at once."""
+
+    async def post(replica: ServerProcess, request: dict[str, Any]) -> str:
+        async with client(replica) as c:
+            response = await c.post("/aos", json=request)
+            assert response.status_code == 200, response.text
+            decision: str = response.json()["result"]["decision"]
+            return decision
+
+    # Six results read into one session, on two replicas at the same time.
+    reads = [
+        post(replicas[n % 2], in_session(aos_tool_result(n, secret_line(n)), "S")) for n in range(6)
+    ]
+    assert set(await asyncio.gather(*reads)) <= {"allow", "modify"}
+    sent = [await post(replicas[2], aos_send_email(10 + n, "S", secret_line(n))) for n in range(6)]
+    assert sent == ["deny"] * 6
+    # A value that never came in goes out (the denials are the memory's, not the policy's).
+    assert await post(replicas[2], aos_send_email(20, "S", secret_line(7))) == "allow"
+    # Another caller's session of the same name knows nothing of alice's.
+    async with httpx.AsyncClient(
+        base_url=replicas[1].base_url, headers={"Authorization": "Bearer key-bob"}, timeout=30
+    ) as bob:
+        response = await bob.post("/aos", json=aos_send_email(30, "S", secret_line(0)))
+        assert response.json()["result"]["decision"] == "allow"

@@ -237,7 +237,6 @@ async def test_a_tainted_aos_session_stays_tainted_after_a_thousand_other_sessio
 
 # Finding 6b: the same memory is not stored, so a restart (or another replica) forgets the
 # taint too (DESIGN: "a verdict never depends on which replica answered").
-@pytest.mark.skip(reason="issue 10: caller memory in the store")
 async def test_a_tainted_aos_session_stays_tainted_across_a_restart(tmp_path: Path) -> None:
     secret_line = "db password for prod is Zq8kLm2vNp9xRt and the ssn 078-05-1120"
     decisions = []
