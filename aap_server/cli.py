@@ -247,7 +247,7 @@ def audit_verify(args: argparse.Namespace) -> int:
                     broken += 1
                     print(
                         f"BROKEN {report.chain} (owner {report.owner}): entry seq "
-                        f"{report.broken_at} does not match its hash or the entry before it "
+                        f"{report.broken_at} {report.problem} "
                         f"({report.entries} entries before it hold)"
                     )
         finally:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import msgspec
 
 from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
-from aap_server.store.audit import AuditDraft
+from aap_server.store.audit import GENESIS_HASH, AuditDraft
 
 HistoryKind = Literal["full", "compacted"]
 PendingKind = Literal["client", "permission"]
@@ -139,13 +139,17 @@ class AuditChain(msgspec.Struct, frozen=True, kw_only=True):
     """One hash chain of audit entries: a session's (kept `audit_retention` after the session
     is deleted) or a POST /aos caller's (`caller_chain`; entries older than the retention are
     pruned from its front). The entries start at `start_seq`, whose prev_hash is
-    `start_hash` (GENESIS_HASH unless older entries were pruned)."""
+    `start_hash` (GENESIS_HASH unless older entries were pruned), and end at `head_seq`."""
 
     chain: str
     owner: str
     ended_at_ms: int | None
     start_seq: int
     start_hash: str
+    # The newest entry appended (start_seq - 1 and start_hash while there is none): a chain
+    # whose last entry is not this one lost entries from its end.
+    head_seq: int = -1
+    head_hash: str = GENESIS_HASH
 
 
 class CallerMemory(msgspec.Struct, frozen=True, kw_only=True):

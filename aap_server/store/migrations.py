@@ -138,6 +138,18 @@ MIGRATIONS: tuple[str, ...] = (
         clock      INTEGER NOT NULL,
         overflowed INTEGER NOT NULL   -- forgot too many to name: any unknown one is tainted
     ) WITHOUT ROWID;
+
+    -- Where each audit chain ends (its newest entry's seq and hash; start_seq - 1 and
+    -- start_hash while empty), moved by every append: `audit verify` notices entries deleted
+    -- from the end, and appends chain from here, not from whatever entry is last.
+    ALTER TABLE audit_chains ADD COLUMN head_seq INTEGER NOT NULL DEFAULT -1;
+    ALTER TABLE audit_chains ADD COLUMN head_hash TEXT NOT NULL
+        DEFAULT '0000000000000000000000000000000000000000000000000000000000000000';
+    UPDATE audit_chains SET head_seq = start_seq - 1, head_hash = start_hash;
+    UPDATE audit_chains SET (head_seq, head_hash) = (
+        SELECT seq, hash FROM audit_entries AS e WHERE e.chain = audit_chains.chain
+        ORDER BY seq DESC LIMIT 1)
+    WHERE EXISTS (SELECT 1 FROM audit_entries AS e WHERE e.chain = audit_chains.chain);
     """,
 )
 

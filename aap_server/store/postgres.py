@@ -175,6 +175,8 @@ _ADD_USAGE = (
     "stored_bytes = u.stored_bytes + $3"
 )
 _LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = $1 ORDER BY seq DESC LIMIT 1"
+_CHAIN_HEAD = "SELECT head_seq, head_hash FROM audit_chains WHERE chain = $1"
+_MOVE_CHAIN_HEAD = "UPDATE audit_chains SET head_seq = $1, head_hash = $2 WHERE chain = $3"
 _INSERT_AUDIT = (
     "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) "
     "SELECT $1, s, $2, e, h FROM unnest($3::bigint[], $4::bytea[], $5::text[]) AS t (s, e, h)"
@@ -193,8 +195,8 @@ _OPEN_CALLER_CHAIN = (
 _LOCK_CHAIN = "SELECT 1 FROM audit_chains WHERE chain = $1 FOR UPDATE"
 _END_CHAIN = "UPDATE audit_chains SET ended_at = $1 WHERE chain = $2"
 _LIST_CHAINS = (
-    "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
-    "WHERE chain > $1 ORDER BY chain LIMIT $2"
+    "SELECT chain, owner, ended_at, start_seq, start_hash, head_seq, head_hash "
+    "FROM audit_chains WHERE chain > $1 ORDER BY chain LIMIT $2"
 )
 _ENDED_CHAINS = (
     "SELECT chain, owner FROM audit_chains WHERE ended_at IS NOT NULL AND ended_at < $1 "
@@ -291,8 +293,10 @@ async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraf
     that serialises the chain (its session's row, or its chain row)."""
     if not drafts:
         return 0
-    last = await conn.fetchrow(_LAST_AUDIT, chain)
-    rows = chain_rows(chain, None if last is None else (last[0], last[1]), drafts)
+    # Chained from the chain's recorded head (entries deleted from the end leave a gap that
+    # `audit verify` reports); a chain with no row yet, from its last entry.
+    last = await conn.fetchrow(_CHAIN_HEAD, chain) or await conn.fetchrow(_LAST_AUDIT, chain)
+    rows = chain_rows(chain, None if last is None or last[0] < 0 else (last[0], last[1]), drafts)
     await conn.execute(
         _INSERT_AUDIT,
         chain,
@@ -301,6 +305,7 @@ async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraf
         [r[3] for r in rows],
         [r[4] for r in rows],
     )
+    await conn.execute(_MOVE_CHAIN_HEAD, rows[-1][1], rows[-1][4], chain)
     return sum(len(r[3]) for r in rows)
 
 
@@ -684,8 +689,16 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetch(_LIST_CHAINS, after or "", limit)
 
         return [
-            AuditChain(chain=c, owner=o, ended_at_ms=e, start_seq=s, start_hash=h)
-            for c, o, e, s, h in await self._run(read)
+            AuditChain(
+                chain=c,
+                owner=o,
+                ended_at_ms=e,
+                start_seq=s,
+                start_hash=h,
+                head_seq=hs,
+                head_hash=hh,
+            )
+            for c, o, e, s, h, hs, hh in await self._run(read)
         ]
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:

@@ -107,6 +107,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             clock      bigint NOT NULL,
             overflowed boolean NOT NULL
         )""",
+        # Where each audit chain ends (see SQLite's migration 5).
+        "ALTER TABLE audit_chains ADD COLUMN head_seq bigint NOT NULL DEFAULT -1, "
+        "ADD COLUMN head_hash text NOT NULL DEFAULT repeat('0', 64)",
+        "UPDATE audit_chains SET head_seq = start_seq - 1, head_hash = start_hash",
+        """UPDATE audit_chains AS c SET head_seq = e.seq, head_hash = e.hash
+        FROM (SELECT DISTINCT ON (chain) chain, seq, hash FROM audit_entries
+              ORDER BY chain, seq DESC) AS e
+        WHERE e.chain = c.chain""",
     ),
 )
 

@@ -136,6 +136,8 @@ _ADD_USAGE = (
 )
 
 _LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = ? ORDER BY seq DESC LIMIT 1"
+_CHAIN_HEAD = "SELECT head_seq, head_hash FROM audit_chains WHERE chain = ?"
+_MOVE_CHAIN_HEAD = "UPDATE audit_chains SET head_seq = ?, head_hash = ? WHERE chain = ?"
 _INSERT_AUDIT = "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) VALUES (?, ?, ?, ?, ?)"
 _SELECT_AUDIT = "SELECT entry FROM audit_entries WHERE chain = ? AND seq > ? ORDER BY seq LIMIT ?"
 # A session id used again (tests do) continues its old chain rather than forking it.
@@ -149,7 +151,7 @@ _OPEN_CALLER_CHAIN = (
 )
 _END_CHAIN = "UPDATE audit_chains SET ended_at = ? WHERE chain = ?"
 _LIST_CHAINS = (
-    "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
+    "SELECT chain, owner, ended_at, start_seq, start_hash, head_seq, head_hash FROM audit_chains "
     "WHERE chain > ? ORDER BY chain LIMIT ?"
 )
 _ENDED_CHAINS = (
@@ -279,8 +281,13 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
     bytes stored, which the caller counts towards the owner's until they are pruned."""
     if not drafts:
         return 0
-    rows = chain_rows(chain, conn.execute(_LAST_AUDIT, (chain,)).fetchone(), drafts)
+    head = conn.execute(_CHAIN_HEAD, (chain,)).fetchone()
+    # Chained from the chain's recorded head (entries deleted from the end leave a gap that
+    # `audit verify` reports); a chain with no row yet, from its last entry.
+    last = head if head is not None else conn.execute(_LAST_AUDIT, (chain,)).fetchone()
+    rows = chain_rows(chain, None if last is None or last[0] < 0 else last, drafts)
     conn.executemany(_INSERT_AUDIT, rows)
+    conn.execute(_MOVE_CHAIN_HEAD, (rows[-1][1], rows[-1][4], chain))
     return sum(len(row[3]) for row in rows)
 
 
@@ -593,12 +600,20 @@ class SqliteSessionStore(SessionStore):
         await self._write(append)
 
     async def list_audit_chains(self, after: str | None, limit: int) -> list[AuditChain]:
-        rows: list[tuple[str, str, int | None, int, str]] = await self._run(
+        rows: list[tuple[str, str, int | None, int, str, int, str]] = await self._run(
             lambda conn: conn.execute(_LIST_CHAINS, (after or "", limit)).fetchall()
         )
         return [
-            AuditChain(chain=c, owner=o, ended_at_ms=e, start_seq=s, start_hash=h)
-            for c, o, e, s, h in rows
+            AuditChain(
+                chain=c,
+                owner=o,
+                ended_at_ms=e,
+                start_seq=s,
+                start_hash=h,
+                head_seq=hs,
+                head_hash=hh,
+            )
+            for c, o, e, s, h, hs, hh in rows
         ]
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:

@@ -255,7 +255,6 @@ async def test_a_tainted_aos_session_stays_tainted_across_a_restart(tmp_path: Pa
 # Finding 7 (low-medium): `audit verify` cannot see a trail cut short. Deleting a chain's
 # newest entries (say the denials of the exfiltration attempt that just happened) leaves a
 # chain that still verifies: nothing records where a chain ends.
-@pytest.mark.skip(reason="needs the chain head in both stores (issue 10 branch)")
 async def test_audit_verify_notices_the_newest_verdicts_deleted(tmp_path: Path) -> None:
     import sqlite3
 
