@@ -96,6 +96,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Run without API keys on a non-loopback address anyway (everyone is one principal).
     allow_open: bool = False
     page_size: int = 20
+    # GET /sessions/:id/history: the largest `limit` (and the messages read per store page
+    # when the whole history is streamed), and the stored bytes of messages a page holds
+    # (at least one message).
+    history_page_messages: int = 1000
+    history_page_bytes: int = 1024 * 1024
     max_body_bytes: int = 10 * 1024 * 1024
     sse_ping_seconds: float = 15.0
     guardian_timeout_seconds: float = 2.0
@@ -161,6 +166,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def __post_init__(self) -> None:
         for name in (
             "page_size",
+            "history_page_messages",
+            "history_page_bytes",
             "max_body_bytes",
             "max_messages_per_request",
             "max_blocks_per_message",

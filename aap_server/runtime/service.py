@@ -17,9 +17,7 @@ from aap_server.protocol import (
     AgentConfig,
     GetAuditResponse,
     GetMetaResponse,
-    GetSessionHistoryResponse,
     GetSessionsResponse,
-    HistoryBody,
     HistoryType,
     PostSessionsRequest,
     PostSessionsResponse,
@@ -62,6 +60,8 @@ from aap_server.runtime.validation import (
     validate_turn_messages,
 )
 from aap_server.store import (
+    HistoryChangedError,
+    HistoryPage,
     InvalidCursorError,
     PendingToolCall,
     SessionRecord,
@@ -277,9 +277,43 @@ class AapService:
             raise _invalid_cursor() from error
         return GetAuditResponse(records=page.records, next=page.next)
 
-    async def history(
+    async def history_page(
+        self,
+        principal: Principal,
+        session_id: str,
+        kind: HistoryType,
+        after: str | None,
+        limit: int,
+        max_bytes: int,
+    ) -> HistoryPage:
+        """A page of the session's history of the requested type (see `history`), read
+        from the store by index range, however long the history is."""
+        await self._history_ready(principal, session_id, kind)
+        return await self.history_page_after(session_id, kind, after, limit, max_bytes)
+
+    async def history_page_after(
+        self, session_id: str, kind: HistoryType, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        """The page after `after` of a history `history_page` already checked access to."""
+        try:
+            return await self.store.load_history_page(session_id, kind, after, limit, max_bytes)
+        except InvalidCursorError as error:
+            raise InvalidRequestError(
+                "after: not a cursor of this history; pass the `next` value of a previous page",
+                code="invalid_cursor",
+            ) from error
+        except HistoryChangedError as error:
+            raise ConflictError(
+                "after: the compacted history was compacted since this cursor was issued; "
+                "read it again from the first page (without `after`)",
+                code="history_changed",
+            ) from error
+
+    async def _history_ready(
         self, principal: Principal, session_id: str, kind: HistoryType
-    ) -> GetSessionHistoryResponse:
+    ) -> None:
+        """Whether the principal may read this history (NotFoundError if not); first closes
+        tool calls a crashed turn left running, as a turn would."""
         record = await self._record(principal, session_id)
         hosted = self._hosted(record)
         declared = hosted.info.capabilities.history if hosted.info.capabilities else None
@@ -301,9 +335,6 @@ class AapService:
             finally:
                 self._active.pop(session_id, None)
                 await self.leases.release(session_id, repair)
-        messages = await self.store.load_history(session_id, kind)
-        body = HistoryBody(full=messages) if kind == "full" else HistoryBody(compacted=messages)
-        return GetSessionHistoryResponse(history=body)
 
     # --- turns ------------------------------------------------------------------------------
 

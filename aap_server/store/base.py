@@ -93,6 +93,17 @@ class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
     next: str | None = None
 
 
+class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
+    messages: list[HistoryMessage]
+    # Opaque cursor for the next page; None on the last page.
+    next: str | None = None
+
+
+class HistoryChangedError(Exception):
+    """The compacted history was compacted since the cursor was issued: its pages no longer
+    follow on from each other; read it again from the start."""
+
+
 class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
     records: list[AuditEntry]
     next: str | None = None
@@ -216,6 +227,16 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
         """The whole history of one kind, oldest first."""
+
+    @abc.abstractmethod
+    async def load_history_page(
+        self, session_id: str, kind: HistoryKind, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        """Up to `limit` messages of one kind, oldest first, after the cursor `after`, and no
+        more of them than fit in `max_bytes` as stored (but at least one): index range
+        reads, whatever the history's length. InvalidCursorError for a cursor of another
+        session's history kind or not issued here; HistoryChangedError when the compacted
+        history was compacted since the cursor was issued."""
 
     @abc.abstractmethod
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:

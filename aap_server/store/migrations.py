@@ -150,6 +150,10 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT seq, hash FROM audit_entries AS e WHERE e.chain = audit_chains.chain
         ORDER BY seq DESC LIMIT 1)
     WHERE EXISTS (SELECT 1 FROM audit_entries AS e WHERE e.chain = audit_chains.chain);
+
+    -- How often the compacted history was compacted: a history page cursor names it, so a
+    -- page read after a compaction is refused rather than stitched to one from before.
+    ALTER TABLE sessions ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0;
     """,
 )
 

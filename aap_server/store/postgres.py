@@ -29,7 +29,9 @@ from aap_server.store.base import (
     AuditChain,
     AuditPage,
     CallerMemory,
+    HistoryChangedError,
     HistoryKind,
+    HistoryPage,
     SessionPage,
     SessionRecord,
     SessionStore,
@@ -54,11 +56,14 @@ from aap_server.store.codec import (
     decode_audit_cursor,
     decode_cursor,
     decode_history,
+    decode_history_cursor,
     decode_record,
     decode_state,
     encode_audit_cursor,
     encode_cursor,
+    encode_history_cursor,
     encode_step,
+    history_page_end,
     now_ms,
     prunable_through,
     session_row,
@@ -153,6 +158,21 @@ _OLDEST_COMPACTED = (
     "ORDER BY seq LIMIT $2"
 )
 _DROP_COMPACTED = "DELETE FROM history_compacted WHERE session_id = $1 AND seq <= $2"
+_COUNT_COMPACTION = "UPDATE sessions SET compactions = compactions + 1 WHERE session_id = $1"
+_COMPACTIONS = "SELECT compactions FROM sessions WHERE session_id = $1"
+# A history page: the sizes of the next messages (no value is read), then those that fit.
+_HISTORY_SIZES = {
+    "full": "SELECT seq, octet_length(message) FROM history_full "
+    "WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    "compacted": "SELECT seq, octet_length(message) FROM history_compacted "
+    "WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+}
+_HISTORY_RANGE = {
+    "full": "SELECT message FROM history_full WHERE session_id = $1 AND seq > $2 AND seq <= $3 "
+    "ORDER BY seq",
+    "compacted": "SELECT message FROM history_compacted "
+    "WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
+}
 _STATE_SIZES = (
     "SELECT COALESCE(SUM(octet_length(value)), 0) FROM agent_state "
     "WHERE session_id = $1 AND key = ANY($2::text[])"
@@ -329,6 +349,7 @@ async def _commit(conn: Connection, session_id: str, step: EncodedStep) -> None:
     if step.drop:
         oldest = await conn.fetch(_OLDEST_COMPACTED, session_id, step.drop)
         check_drop(step.drop, len(oldest))
+        await conn.execute(_COUNT_COMPACTION, session_id)
         seqs = [row[0] for row in oldest]
         added -= sum(row[1] for row in oldest)
         await conn.execute(_DROP_COMPACTED, session_id, seqs[-1])
@@ -618,6 +639,31 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetch(sql, session_id)
 
         return decode_history(await self._run(read))
+
+    async def load_history_page(
+        self, session_id: str, kind: HistoryKind, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        cursor = None if after is None else decode_history_cursor(after, kind)
+
+        async def read(conn: Connection) -> HistoryPage:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                compactions = await conn.fetchval(_COMPACTIONS, session_id) or 0
+                after_seq = -1
+                if cursor is not None:
+                    after_seq, issued_at = cursor
+                    if kind == "compacted" and issued_at != compactions:
+                        raise HistoryChangedError(session_id)
+                sizes = await conn.fetch(_HISTORY_SIZES[kind], session_id, after_seq, limit + 1)
+                if not sizes:
+                    return HistoryPage(messages=[])
+                last, more = history_page_end(sizes, limit, max_bytes)
+                rows = await conn.fetch(_HISTORY_RANGE[kind], session_id, after_seq, last)
+            next_cursor = encode_history_cursor(kind, last, compactions) if more else None
+            return HistoryPage(messages=decode_history(rows), next=next_cursor)
+
+        return await self._run(read)
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits

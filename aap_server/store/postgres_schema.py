@@ -115,6 +115,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         FROM (SELECT DISTINCT ON (chain) chain, seq, hash FROM audit_entries
               ORDER BY chain, seq DESC) AS e
         WHERE e.chain = c.chain""",
+        # How often the compacted history was compacted (see SQLite's migration 5).
+        "ALTER TABLE sessions ADD COLUMN compactions bigint NOT NULL DEFAULT 0",
     ),
 )
 

@@ -26,7 +26,9 @@ from aap_server.store.base import (
     AuditChain,
     AuditPage,
     CallerMemory,
+    HistoryChangedError,
     HistoryKind,
+    HistoryPage,
     SessionPage,
     SessionRecord,
     SessionStore,
@@ -51,11 +53,14 @@ from aap_server.store.codec import (
     decode_audit_cursor,
     decode_cursor,
     decode_history,
+    decode_history_cursor,
     decode_record,
     decode_state,
     encode_audit_cursor,
     encode_cursor,
+    encode_history_cursor,
     encode_step,
+    history_page_end,
     now_ms,
     prunable_through,
     session_row,
@@ -113,6 +118,21 @@ _SELECT_HISTORY = {
     "compacted": "SELECT message FROM history_compacted WHERE session_id = ? ORDER BY seq",
 }
 _OLDEST_COMPACTED = "SELECT seq FROM history_compacted WHERE session_id = ? ORDER BY seq LIMIT ?"
+_COUNT_COMPACTION = "UPDATE sessions SET compactions = compactions + 1 WHERE session_id = ?"
+_COMPACTIONS = "SELECT compactions FROM sessions WHERE session_id = ?"
+# A history page: the sizes of the next messages (length() reads no blob), then those that fit.
+_HISTORY_SIZES = {
+    "full": "SELECT seq, length(message) FROM history_full WHERE session_id = ? AND seq > ? "
+    "ORDER BY seq LIMIT ?",
+    "compacted": "SELECT seq, length(message) FROM history_compacted "
+    "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+}
+_HISTORY_RANGE = {
+    "full": "SELECT message FROM history_full WHERE session_id = ? AND seq > ? AND seq <= ? "
+    "ORDER BY seq",
+    "compacted": "SELECT message FROM history_compacted WHERE session_id = ? AND seq > ? "
+    "AND seq <= ? ORDER BY seq",
+}
 _DROP_COMPACTED = "DELETE FROM history_compacted WHERE session_id = ? AND seq <= ?"
 _UPSERT_STATE = (
     "INSERT INTO agent_state (session_id, key, value) VALUES (?, ?, ?) "
@@ -254,6 +274,7 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -
     if step.drop:
         seqs = [row[0] for row in conn.execute(_OLDEST_COMPACTED, (session_id, step.drop))]
         check_drop(step.drop, len(seqs))
+        conn.execute(_COUNT_COMPACTION, (session_id,))
         (dropped,) = conn.execute(_DROPPED_SIZE, (session_id, seqs[-1])).fetchone()
         added -= dropped
         conn.execute(_DROP_COMPACTED, (session_id, seqs[-1]))
@@ -352,6 +373,30 @@ def _create_sync(
     conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
+
+
+def _history_page_sync(
+    conn: sqlite3.Connection,
+    session_id: str,
+    kind: HistoryKind,
+    after: str | None,
+    limit: int,
+    max_bytes: int,
+) -> HistoryPage:
+    found = conn.execute(_COMPACTIONS, (session_id,)).fetchone()
+    compactions = found[0] if found else 0
+    after_seq = -1
+    if after is not None:
+        after_seq, issued_at = decode_history_cursor(after, kind)
+        if kind == "compacted" and issued_at != compactions:
+            raise HistoryChangedError(session_id)
+    sizes = conn.execute(_HISTORY_SIZES[kind], (session_id, after_seq, limit + 1)).fetchall()
+    if not sizes:
+        return HistoryPage(messages=[])
+    last, more = history_page_end(sizes, limit, max_bytes)
+    rows = conn.execute(_HISTORY_RANGE[kind], (session_id, after_seq, last)).fetchall()
+    cursor = encode_history_cursor(kind, last, compactions) if more else None
+    return HistoryPage(messages=decode_history(rows), next=cursor)
 
 
 def _load_caller_memory_sync(
@@ -540,6 +585,15 @@ class SqliteSessionStore(SessionStore):
             lambda conn: conn.execute(sql, (session_id,)).fetchall()
         )
         return decode_history(rows)
+
+    async def load_history_page(
+        self, session_id: str, kind: HistoryKind, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._run(
+            lambda conn: _history_page_sync(conn, session_id, kind, after, limit, max_bytes)
+        )
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits
