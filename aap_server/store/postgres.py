@@ -16,7 +16,9 @@ timeout and so does taking a connection: a request never hangs on the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -90,6 +92,27 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.CannotConnectNowError,
 )
+
+
+def dsn_location(dsn: str) -> str:
+    """Where a DSN points, for messages: `host:port/database`, never the user's password."""
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        port = parts.port
+    except ValueError:
+        return "(an unreadable postgresql:// URL)"
+    host = parts.hostname or "localhost"
+    return f"{host}:{port or 5432}/{parts.path.lstrip('/') or '(default database)'}"
+
+
+def scrubbed(error: BaseException, dsn: str) -> str:
+    """An error's first line, shortened, with the DSN's password (if any) masked."""
+    text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+    with contextlib.suppress(ValueError):
+        password = urllib.parse.urlsplit(dsn).password
+        if password:
+            text = text.replace(password, "***").replace(urllib.parse.unquote(password), "***")
+    return text
 
 
 class PostgresSettings(msgspec.Struct, frozen=True, kw_only=True):
