@@ -10,6 +10,7 @@ from aap_server.store.base import (
     HistoryKind,
     HistoryPage,
     InvalidCursorError,
+    LeaseLostError,
     PendingKind,
     PendingToolCall,
     QuotaExceededError,
@@ -20,8 +21,11 @@ from aap_server.store.base import (
     StepWrite,
     StoreLimits,
     StoreUnavailableError,
+    TurnFence,
+    TurnInProgressError,
     TurnSnapshot,
     caller_chain,
+    turn_fence,
 )
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "HistoryKind",
     "HistoryPage",
     "InvalidCursorError",
+    "LeaseLostError",
     "PendingKind",
     "PendingToolCall",
     "QuotaExceededError",
@@ -45,10 +50,13 @@ __all__ = [
     "StepWrite",
     "StoreLimits",
     "StoreUnavailableError",
+    "TurnFence",
+    "TurnInProgressError",
     "TurnSnapshot",
     "caller_chain",
     "entry_hash",
     "first_broken",
+    "turn_fence",
 ]
 
 from aap_server.store.migrations import SCHEMA_VERSION, SchemaVersionError

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -114,6 +116,34 @@ class StoreUnavailableError(Exception):
     safe); the operation may be retried later. The API answers 503."""
 
 
+class TurnInProgressError(Exception):
+    """A turn (`holder`, on some replica) holds the session's lease: it cannot be deleted
+    now, and a write fenced to another turn's lease (`StepWrite.lease`) is refused."""
+
+    def __init__(self, session_id: str, holder: str) -> None:
+        super().__init__(f"session {session_id!r} is held by turn {holder}")
+        self.holder = holder
+
+
+class LeaseLostError(Exception):
+    """A write fenced to a turn (`turn_fence`) found that turn no longer holds the session's
+    lease (it lapsed, and perhaps another replica's turn took it): nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFence:
+    """The turn whose lease a session's writes must hold (see `turn_fence`)."""
+
+    session_id: str
+    turn_id: str
+
+
+turn_fence: ContextVar[TurnFence | None] = ContextVar("aap_turn_fence", default=None)
+"""Set by the runtime while a turn holding the session's lease runs (its task inherits it):
+a store shared by several processes then commits that session's steps only while the lease
+is still the turn's, checked in the commit's own transaction."""
+
+
 class InvalidCursorError(ValueError):
     """The `after` cursor was not one this store issued."""
 
@@ -133,7 +163,7 @@ class StoreLimits(msgspec.Struct, frozen=True, kw_only=True):
     caller_forgotten_sessions: int = 50_000
 
 
-QuotaKind = Literal["sessions", "stored_bytes"]
+QuotaKind = Literal["sessions", "stored_bytes", "turns"]
 
 
 class QuotaExceededError(Exception):
@@ -222,7 +252,8 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def delete_session(self, session_id: str, owner: str) -> bool:
         """Remove the session, its history and its state; False if there was none. Its audit
-        chain stays (see `prune_audit`)."""
+        chain stays (see `prune_audit`). TurnInProgressError (nothing removed) while a turn
+        holds the session's lease: taken by the deletion itself, so no turn starts meanwhile."""
 
     @abc.abstractmethod
     async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
@@ -245,7 +276,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def commit(self, session_id: str, write: StepWrite) -> None:
-        """Apply one step's writes atomically (all or nothing)."""
+        """Apply one step's writes atomically (all or nothing). LeaseLostError (nothing
+        written) when `turn_fence` names this session and its turn's lease is gone."""
 
     @abc.abstractmethod
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
@@ -292,9 +324,19 @@ class SessionStore(abc.ABC):
     # the database, with an expiry so that a process that dies holding it does not lock the
     # session forever.
 
-    async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
+    async def take_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+    ) -> str | None:
         """Claim the session's turn lease for `ttl_seconds`: None when claimed, otherwise the
-        id of the turn (on some replica) that holds an unexpired lease."""
+        id of the turn (on some replica) that holds an unexpired lease. With `max_turns`,
+        QuotaExceededError ("turns") when `owner` already holds that many leases on any
+        replica (checked and taken atomically)."""
         return None
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:

@@ -34,13 +34,17 @@ from aap_server.store.base import (
     HistoryChangedError,
     HistoryKind,
     HistoryPage,
+    LeaseLostError,
+    QuotaExceededError,
     SessionPage,
     SessionRecord,
     SessionStore,
     StepWrite,
     StoreLimits,
     StoreUnavailableError,
+    TurnInProgressError,
     TurnSnapshot,
+    turn_fence,
 )
 from aap_server.store.caller_memory import (
     EVICT_BATCH,
@@ -212,6 +216,16 @@ _UPSERT_MEMORY = (
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = $1"
 _USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = $1"
+# Quota checks that add in the same transaction lock the owner's counters first, so two
+# replicas cannot both take the last place.
+_OPEN_USAGE = (
+    "INSERT INTO owner_usage (owner, sessions, stored_bytes) VALUES ($1, 0, 0) "
+    "ON CONFLICT (owner) DO NOTHING"
+)
+_LOCK_USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = $1 FOR UPDATE"
+_LIVE_TURNS = (
+    "SELECT COUNT(*) FROM turn_leases WHERE owner = $1 AND expires_at > now() AND session_id <> $2"
+)
 _ADD_USAGE = (
     "INSERT INTO owner_usage AS u (owner, sessions, stored_bytes) VALUES ($1, $2, $3) "
     "ON CONFLICT (owner) DO UPDATE SET sessions = u.sessions + $2, "
@@ -264,10 +278,11 @@ _DROP_ENTRIES_THROUGH = (
 _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = $1, start_hash = $2 WHERE chain = $3"
 
 _TAKE_LEASE = (
-    "INSERT INTO turn_leases AS l (session_id, turn_id, expires_at) "
-    "VALUES ($1, $2, now() + make_interval(secs => $3)) "
+    "INSERT INTO turn_leases AS l (session_id, turn_id, expires_at, owner) "
+    "VALUES ($1, $2, now() + make_interval(secs => $3), $4) "
     "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
-    "expires_at = excluded.expires_at WHERE l.expires_at <= now() RETURNING l.turn_id"
+    "expires_at = excluded.expires_at, owner = excluded.owner "
+    "WHERE l.expires_at <= now() RETURNING l.turn_id"
 )
 _LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > now()"
 _RENEW_LEASE = (
@@ -275,6 +290,15 @@ _RENEW_LEASE = (
     "WHERE session_id = $1 AND turn_id = $2"
 )
 _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = $1 AND turn_id = $2"
+_DROP_LEASE = "DELETE FROM turn_leases WHERE session_id = $1"
+# A fenced commit's check, by the clock now (not the transaction's start); the row stays
+# locked until the commit, so no other turn can take the lease in between.
+_FENCE = (
+    "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > clock_timestamp() "
+    "FOR SHARE"
+)
+# The lease a deletion takes for its own transaction (dropped with the session).
+_DELETION = "(deleting)"
 
 
 _SELECT_CALLER_MEMORY = (
@@ -353,16 +377,35 @@ async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraf
 
 
 async def _check_quota(
-    conn: Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
+    conn: Connection,
+    limits: StoreLimits,
+    owner: str,
+    new_sessions: int,
+    new_bytes: int,
+    *,
+    lock: bool = False,
 ) -> None:
+    """QuotaExceededError if `owner` cannot add this much; with `lock` (a transaction that
+    adds it), the counters stay locked until it commits: atomic across replicas."""
     if limits.max_sessions or limits.max_stored_bytes:  # else no need to read the counters
-        check_quota(limits, await conn.fetchrow(_USAGE, owner), new_sessions, new_bytes)
+        if lock:
+            await conn.execute(_OPEN_USAGE, owner)
+        usage = await conn.fetchrow(_LOCK_USAGE if lock else _USAGE, owner)
+        check_quota(limits, usage, new_sessions, new_bytes)
 
 
 async def _commit(conn: Connection, session_id: str, step: EncodedStep) -> None:
     owner = await conn.fetchval(_LOCK_SESSION, session_id)  # serialises steps per session
     if owner is None:
         raise KeyError(session_id)
+    fence = turn_fence.get()
+    if fence is not None and fence.session_id == session_id:
+        holder = await conn.fetchval(_FENCE, session_id)
+        if holder != fence.turn_id:
+            raise LeaseLostError(
+                f"turn {fence.turn_id} no longer holds session {session_id!r}"
+                f" (held by {holder or 'no turn'}); its step was not stored"
+            )
     if step.updates_session:
         await conn.execute(
             _UPDATE_SESSION, step.agent, step.set_tools, step.tools, step.pending, session_id
@@ -598,7 +641,7 @@ class PostgresSessionStore(SessionStore):
 
         async def create(conn: Connection) -> None:
             stored = 2 * sum(map(len, messages))  # the seed opens both histories
-            await _check_quota(conn, limits, owner, 1, stored)
+            await _check_quota(conn, limits, owner, 1, stored, lock=True)
             try:
                 await conn.execute(_INSERT_SESSION, *row)
             except asyncpg.UniqueViolationError as exc:
@@ -645,6 +688,12 @@ class PostgresSessionStore(SessionStore):
         async def delete(conn: Connection) -> bool:
             if await conn.fetchval(_LOCK_OWNED, session_id, owner) is None:
                 return False
+            # Take the turn lease in this transaction: a turn holding it keeps the session
+            # (409); a turn taking it meanwhile waits for this commit, then finds no session.
+            if await conn.fetchval(_TAKE_LEASE, session_id, _DELETION, 60.0, None) is None:
+                holder = await conn.fetchval(_LEASE_HOLDER, session_id)
+                raise TurnInProgressError(session_id, holder or "(finishing)")
+            await conn.execute(_DROP_LEASE, session_id)
             size = await conn.fetchval(_SESSION_SIZE, session_id)
             await conn.execute(_DELETE_SESSION, session_id)  # its rows go by ON DELETE CASCADE
             await conn.execute(_ADD_USAGE, owner, -1, -size)
@@ -748,7 +797,7 @@ class PostgresSessionStore(SessionStore):
         async def append(conn: Connection) -> None:
             await conn.execute(_OPEN_CALLER_CHAIN, chain, owner, GENESIS_HASH)
             await conn.execute(_LOCK_CHAIN, chain)  # serialises this caller's appends
-            await _check_quota(conn, limits, owner, 0, 1)
+            await _check_quota(conn, limits, owner, 0, 1, lock=True)
             await conn.execute(_ADD_USAGE, owner, 0, await _append_audit(conn, chain, drafts))
 
         await self._run(append, write=True)
@@ -802,17 +851,36 @@ class PostgresSessionStore(SessionStore):
     # unknown: a take that did land finds its own turn holding the lease (taken, too), and
     # renewing or releasing twice changes nothing more.
 
-    async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
+    async def take_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+    ) -> str | None:
         async def take(conn: Connection) -> str | None:
-            if await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds) is not None:
+            if max_turns:  # count the owner's live leases and take one, atomically
+                await conn.execute(_OPEN_USAGE, owner)
+                await conn.execute(_LOCK_USAGE, owner)
+                holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
+                if holder == turn_id:  # an earlier try of this very call took it
+                    return None
+                if holder is None:
+                    running = await conn.fetchval(_LIVE_TURNS, owner, session_id)
+                    if running >= max_turns:
+                        raise QuotaExceededError("turns", max_turns, running)
+            lease = await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds, owner)
+            if lease is not None:
                 return None
-            holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
+            holder = await conn.fetchval(_LEASE_HOLDER, session_id)
             if holder == turn_id:  # an earlier try of this very call took it
                 return None
             # Released between the two statements: report it held; the client retries.
             return holder or "(finishing)"
 
-        return await self._run(take)
+        return await self._run(take, write=bool(max_turns))
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
         async def renew(conn: Connection) -> bool:

@@ -117,6 +117,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         WHERE e.chain = c.chain""",
         # How often the compacted history was compacted (see SQLite's migration 5).
         "ALTER TABLE sessions ADD COLUMN compactions bigint NOT NULL DEFAULT 0",
+        # Whose turn holds each lease: `max_concurrent_turns` counts them across replicas.
+        'ALTER TABLE turn_leases ADD COLUMN owner text COLLATE "C"',
+        "CREATE INDEX turn_leases_by_owner ON turn_leases (owner, expires_at)",
     ),
 )
 
