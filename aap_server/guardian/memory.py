@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import re
 import urllib.parse
 from collections import OrderedDict
@@ -181,6 +182,12 @@ _memory_decoder = msgspec.json.Decoder(SessionMemory)
 _taint_decoder = msgspec.json.Decoder(_Taint)
 
 
+def export_digest(memory: bytes) -> bytes:
+    """What tells an export apart from any other (cheaper than importing it: see
+    `SessionFacts.digest`)."""
+    return hashlib.blake2b(memory, digest_size=16).digest()
+
+
 def exported_tainted(memory: bytes) -> bool:
     """`SessionFacts.tainted()` of an export, without importing it; True if unreadable."""
     try:
@@ -218,6 +225,9 @@ class SessionFacts:
         # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
         # untrusted and private data in every tool argument (fail closed).
         self.forgotten = False
+        # The `export_digest` of the export these facts equal while unchanged (the one they
+        # were imported from or last exported as): taking the same export back is a no-op.
+        self.digest: bytes | None = None
 
     @classmethod
     def of_forgotten(cls) -> SessionFacts:
@@ -288,7 +298,16 @@ class SessionFacts:
         )
 
     def export(self) -> bytes:
+        memory = self._encode()
         self.changed = False
+        self.digest = export_digest(memory)
+        return memory
+
+    def holds(self, memory: bytes) -> bool:
+        """Whether these facts are what `memory` (an export) says, unchanged since."""
+        return not self.changed and self.digest == export_digest(memory)
+
+    def _encode(self) -> bytes:
         return _memory_encoder.encode(
             SessionMemory(
                 turn_id=self.turn_id,
@@ -334,6 +353,7 @@ class SessionFacts:
         facts.counters = dict(stored.counters)
         if stored.provenance is not None:
             facts.provenance = Provenance.from_export(stored.provenance)
+        facts.digest = export_digest(memory)
         return facts
 
 

@@ -381,6 +381,10 @@ class PolicyGuardian(Guardian):
         cache = self._cache(check_scope.get().namespace)
         if cache is self._hosted and session_id in cache:
             return
+        held = cache.get(session_id)
+        if held is not None and held.holds(memory):  # what this process last wrote: as is
+            cache.facts(session_id)  # (most recently used)
+            return
         try:
             facts = SessionFacts.from_export(memory)
         except (msgspec.DecodeError, ValueError, TypeError):
