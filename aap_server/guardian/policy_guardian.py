@@ -387,7 +387,7 @@ class PolicyGuardian(Guardian):
             return
         try:
             facts = SessionFacts.from_export(memory)
-        except (msgspec.DecodeError, ValueError, TypeError):
+        except Exception:  # never keep an older copy, nor start afresh: fail closed
             # Unreadable (a bug, or a blob from elsewhere): assume the worst, as for a forgotten
             # session, so it cannot send out data as if nothing untrusted or private came in.
             logger.warning("unreadable guardian memory of session %s; assuming taint", session_id)

@@ -861,20 +861,19 @@ class PostgresSessionStore(SessionStore):
         max_turns: int = 0,
     ) -> str | None:
         async def take(conn: Connection) -> str | None:
-            if max_turns:  # count the owner's live leases and take one, atomically
-                await conn.execute(_OPEN_USAGE, owner)
-                await conn.execute(_LOCK_USAGE, owner)
-                holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
-                if holder == turn_id:  # an earlier try of this very call took it
-                    return None
-                if holder is None:
+            lease = await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds, owner)
+            if lease is not None:
+                if max_turns:
+                    # Then count the owner's other live leases under its usage row's lock
+                    # (in this order, as a step's commit takes them: no deadlock), so
+                    # replicas taking at once see each other's; too many rolls this back.
+                    await conn.execute(_OPEN_USAGE, owner)
+                    await conn.execute(_LOCK_USAGE, owner)
                     running = await conn.fetchval(_LIVE_TURNS, owner, session_id)
                     if running >= max_turns:
                         raise QuotaExceededError("turns", max_turns, running)
-            lease = await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds, owner)
-            if lease is not None:
                 return None
-            holder = await conn.fetchval(_LEASE_HOLDER, session_id)
+            holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
             if holder == turn_id:  # an earlier try of this very call took it
                 return None
             # Released between the two statements: report it held; the client retries.

@@ -13,6 +13,7 @@ from aap_server.store import SessionStore, SqliteSessionStore, StepWrite, caller
 from aap_server.store.migrations import MIGRATIONS, migrate
 from aap_server.store.verify import ChainReport, verify_store
 
+from ..postgres_cluster import PostgresCluster
 from .conftest import StoreFactory
 from .helpers import draft, new_record
 
@@ -109,3 +110,35 @@ async def test_a_fresh_sqlite_store_chains_from_genesis(tmp_path: Path) -> None:
         assert (entry.seq, entry.prev_hash) == (0, "0" * 64)
     finally:
         await store.close()
+
+
+async def test_the_postgres_migration_records_the_head_of_every_existing_chain(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    from aap_server.store.postgres import PostgresSessionStore, PostgresSettings
+    from aap_server.store.postgres_schema import CREATE_VERSION_TABLE, MIGRATIONS
+
+    dsn = postgres_cluster.new_database()
+    conn = await asyncpg.connect(dsn)
+    try:  # a database at version 1, with a chain of three entries and an empty one
+        await conn.execute(CREATE_VERSION_TABLE)
+        await conn.execute("INSERT INTO aap_schema (version) VALUES (1)")
+        for statement in MIGRATIONS[0]:
+            await conn.execute(statement)
+        await conn.execute(
+            "INSERT INTO audit_chains (chain, owner, start_hash) VALUES ('a', 'o', 'g'), "
+            "('b', 'o', 'g')"
+        )
+        for seq in (0, 1, 2):
+            await conn.execute(
+                "INSERT INTO audit_entries VALUES ('a', $1, 0, '\\x7b7d', $2)", seq, f"h{seq}"
+            )
+        store = PostgresSessionStore(PostgresSettings(dsn=dsn))
+        await store.open()
+        await store.close()
+        heads = await conn.fetch(
+            "SELECT chain, head_seq, head_hash FROM audit_chains ORDER BY chain"
+        )
+        assert [tuple(row) for row in heads] == [("a", 2, "h2"), ("b", -1, "g")]
+    finally:
+        await conn.close()
