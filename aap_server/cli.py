@@ -96,6 +96,32 @@ def check_database(path: str) -> None:
         raise ConfigError(f"db: {path!r}: {problem}")
 
 
+def check_postgres(settings: Settings) -> None:
+    """The PostgreSQL database answers and its schema is usable (migrated if need be), or a
+    ConfigError of one line naming the DSN's host, port and database, never its password:
+    found before serving, not as a traceback from inside the server's start-up."""
+    import asyncio
+
+    from aap_server.store.postgres import dsn_location, scrubbed
+    from aap_server.store.select import store_for_db
+
+    store = store_for_db(
+        settings.db, pool_min=1, pool_max=1, timeout_seconds=settings.db_timeout_seconds
+    )
+
+    async def probe() -> None:
+        await store.open()
+        await store.close()
+
+    try:
+        asyncio.run(probe())
+    except Exception as error:
+        raise ConfigError(
+            f"db: cannot use the PostgreSQL database at {dsn_location(settings.db)}: "
+            f"{scrubbed(error, settings.db)}"
+        ) from None
+
+
 def serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     decision = decide_access(settings)
@@ -103,6 +129,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"aap-server: {decision.message}", file=sys.stderr)
         return 2
     check_database(settings.db)
+    if is_postgres(settings.db):
+        check_postgres(settings)
     if settings.policy:  # a broken policy file is a configuration error, before any log line
         from aap_server.guardian.policy import load_policy
 
@@ -250,7 +278,7 @@ def audit_verify(args: argparse.Namespace) -> int:
                     broken += 1
                     print(
                         f"BROKEN {report.chain} (owner {report.owner}): entry seq "
-                        f"{report.broken_at} does not match its hash or the entry before it "
+                        f"{report.broken_at} {report.problem} "
                         f"({report.entries} entries before it hold)"
                     )
         finally:

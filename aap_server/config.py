@@ -96,6 +96,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Run without API keys on a non-loopback address anyway (everyone is one principal).
     allow_open: bool = False
     page_size: int = 20
+    # GET /sessions/:id/history: the largest `limit` (and the messages read per store page
+    # when the whole history is streamed), and the stored bytes of messages a page holds
+    # (at least one message).
+    history_page_messages: int = 1000
+    history_page_bytes: int = 1024 * 1024
     max_body_bytes: int = 10 * 1024 * 1024
     sse_ping_seconds: float = 15.0
     guardian_timeout_seconds: float = 2.0
@@ -114,6 +119,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_concurrent_aos_requests: int = 8
     max_sessions: int = 10_000
     max_stored_bytes: int = 1024**3
+    # Per POST /aos caller: bytes of guardian session memory kept in the store (least
+    # recently written sessions go first), and sessions pushed out while tainted remembered
+    # by id (past that, every session of the caller with no memory stored counts as tainted).
+    aos_memory_bytes_per_caller: int = 16 * 1024 * 1024
+    aos_forgotten_sessions_per_caller: int = 50_000
     log_level: str = "info"
     # Every log line (ours, uvicorn's) as one JSON object, or a readable console line.
     log_format: Literal["json", "console"] = "console"
@@ -156,6 +166,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def __post_init__(self) -> None:
         for name in (
             "page_size",
+            "history_page_messages",
+            "history_page_bytes",
             "max_body_bytes",
             "max_messages_per_request",
             "max_blocks_per_message",
@@ -163,6 +175,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "max_option_bytes",
             "rate_limit_burst",
             "db_pool_max",
+            "aos_memory_bytes_per_caller",
+            "aos_forgotten_sessions_per_caller",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

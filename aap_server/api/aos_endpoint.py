@@ -21,7 +21,8 @@ Decisions (see also the route's OpenAPI description):
   guardian: nobody could receive the verdict.
 - Session memory (call counts, taint, placeholders) of `POST /aos` checks is kept apart per
   caller (see `CheckScope`): an external agent naming a hosted session's id in its context
-  neither reads nor changes that session's memory, nor another caller's.
+  neither reads nor changes that session's memory, nor another caller's. It lives in the
+  store (`aos_memory`), bounded per caller, so a restart or another replica remembers it.
 - Audit: the steps are the caller's, not one of our sessions', so each verdict goes to the
   caller's own hash-chained audit chain in the store (`GET /aos/audit`; metadata only: the
   caller's turn and AOS step ids, method, decision, reason codes, rule id, policy hash,
@@ -66,6 +67,7 @@ from aap_server.aos import (
     PingResponse,
     PingResult,
 )
+from aap_server.api.aos_memory import check_with_stored_memory
 from aap_server.api.auth import provide_principal, require_principal
 from aap_server.api.openapi import AOS_PATH, ERROR_RESPONSES
 from aap_server.guardian import CheckScope, FailClosed, check_scope
@@ -268,7 +270,9 @@ class AosDispatcher:
             if isinstance(request, PingRequest):
                 return PingResponse(id=request.id, result=self._ping())
             started = time.perf_counter_ns()
-            verdict = await self.guardian.check(request)
+            verdict = await check_with_stored_memory(
+                self.guardian, self.store, self.scope.namespace, request
+            )
             self._record(request, verdict, (time.perf_counter_ns() - started) // 1000)
             return AosSuccessResponse(id=request.id, result=verdict)
         except Exception:

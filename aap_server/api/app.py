@@ -164,7 +164,12 @@ def create_app(
         raise ConfigError(f"a2a_agents: no hosted agent is named {', '.join(unknown)}")
     store = store or store_for_db(
         settings.db,
-        StoreLimits(max_sessions=settings.max_sessions, max_stored_bytes=settings.max_stored_bytes),
+        StoreLimits(
+            max_sessions=settings.max_sessions,
+            max_stored_bytes=settings.max_stored_bytes,
+            caller_memory_bytes=settings.aos_memory_bytes_per_caller,
+            caller_forgotten_sessions=settings.aos_forgotten_sessions_per_caller,
+        ),
         pool_min=settings.db_pool_min,
         pool_max=settings.db_pool_max,
         timeout_seconds=settings.db_timeout_seconds,

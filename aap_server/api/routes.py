@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, delete, get, post
+import msgspec
+from litestar import Controller, MediaType, Request, Response, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.openapi.spec import Example
 from litestar.params import JSONBody, Parameter
+from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from sse_starlette import EventSourceResponse
 
@@ -23,13 +26,22 @@ from aap_server.protocol import (
     GetAuditResponse,
     GetSessionHistoryResponse,
     GetSessionsResponse,
+    HistoryBody,
     HistoryType,
     PostSessionsRequest,
     PostSessionsResponse,
     PostSessionTurnRequest,
     SessionInfo,
 )
-from aap_server.runtime import AapService, Principal, delta_view, message_view, none_view
+from aap_server.runtime import (
+    AapService,
+    InvalidRequestError,
+    Principal,
+    delta_view,
+    message_view,
+    none_view,
+)
+from aap_server.store import HistoryPage
 
 Caller = NamedDependency[Principal]
 PageCursor = Annotated[
@@ -54,6 +66,33 @@ async def get_meta(request: Request[Any, Any, Any]) -> GetMetaResponse:
     """The protocol version (3), every hosted agent and the server's extensions (an
     `extensions` object, left out when empty). Public unless `public_meta` is off."""
     return meta_response(_service(request))
+
+
+_message_encoder = msgspec.json.Encoder()
+
+
+async def _streamed_history(
+    service: AapService,
+    session_id: str,
+    kind: HistoryType,
+    first: HistoryPage,
+    limit: int,
+    max_bytes: int,
+) -> AsyncIterator[bytes]:
+    """`{"history": {"<kind>": [...]}}`, one store page at a time. A compaction while the
+    compacted history is being sent ends the body unfinished (the client sees a broken
+    response, never a history stitched from before and after it)."""
+    yield b'{"history":{"' + kind.encode() + b'":['
+    page: HistoryPage | None = first
+    separator = b""
+    while page is not None:
+        if page.messages:
+            yield separator + b",".join(_message_encoder.encode(m) for m in page.messages)
+            separator = b","
+        if page.next is None:
+            break
+        page = await service.history_page_after(session_id, kind, page.next, limit, max_bytes)
+    yield b"]}}"
 
 
 class SessionsController(Controller):
@@ -144,9 +183,48 @@ class SessionsController(Controller):
                 examples=[Example(value="full")],
             ),
         ],
+        after: Annotated[
+            str | None,
+            Parameter(
+                description="Extension: the `next` cursor of the previous page (paging)",
+                max_length=512,
+            ),
+        ] = None,
+        limit: Annotated[
+            int | None,
+            Parameter(
+                description="Extension: at most this many messages (paging; at most "
+                "`history_page_messages`, 1000 by default)",
+                ge=1,
+            ),
+        ] = None,
     ) -> GetSessionHistoryResponse:
-        """The session's history of the requested type, if the agent declares it."""
-        return await _service(request).history(principal, session_id, type)
+        """The session's history of the requested type, if the agent declares it: all of it
+        (streamed from the store page by page, so no history is held whole in memory), or,
+        with `after` or `limit`, one page of it and the `next` cursor when more follows. A
+        page holds at most `history_page_bytes` of messages (at least one)."""
+        service, settings = _service(request), request.app.state.settings
+        if limit is not None and limit > settings.history_page_messages:
+            raise InvalidRequestError(
+                f"limit: at most {settings.history_page_messages} messages a page",
+                code="invalid_request",
+            )
+        paging = after is not None or limit is not None
+        size = limit if limit is not None else settings.history_page_messages
+        page = await service.history_page(
+            principal, session_id, type, after, size, settings.history_page_bytes
+        )
+        if paging or page.next is None:
+            body = (
+                HistoryBody(full=page.messages)
+                if type == "full"
+                else HistoryBody(compacted=page.messages)
+            )
+            return GetSessionHistoryResponse(history=body, next=page.next if paging else None)
+        return Stream(  # type: ignore[return-value]  # the same JSON, streamed
+            _streamed_history(service, session_id, type, page, size, settings.history_page_bytes),
+            media_type=MediaType.JSON,
+        )
 
     @post(
         "/{session_id:str}/turns",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import re
 import urllib.parse
 from collections import OrderedDict
@@ -162,10 +163,44 @@ class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
     originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
     counters: dict[str, int] = {}
     provenance: ProvenanceMemory | None = None
+    # The memory stands for one that was forgotten (`SessionFacts.of_forgotten`).
+    forgotten: bool = False
+
+
+class _Taint(msgspec.Struct, kw_only=True):
+    """The fields of a `SessionMemory` that say whether forgetting it would lose a denial."""
+
+    untrusted_seen: bool = False
+    private_lines: list[int] = []
+    private_prints: list[int] = []
+    private_saturated: bool = False
+    forgotten: bool = False
 
 
 _memory_encoder = msgspec.json.Encoder()
 _memory_decoder = msgspec.json.Decoder(SessionMemory)
+_taint_decoder = msgspec.json.Decoder(_Taint)
+
+
+def export_digest(memory: bytes) -> bytes:
+    """What tells an export apart from any other (cheaper than importing it: see
+    `SessionFacts.digest`)."""
+    return hashlib.blake2b(memory, digest_size=16).digest()
+
+
+def exported_tainted(memory: bytes) -> bool:
+    """`SessionFacts.tainted()` of an export, without importing it; True if unreadable."""
+    try:
+        taint = _taint_decoder.decode(memory)
+    except (msgspec.DecodeError, ValueError, TypeError):
+        return True
+    return bool(
+        taint.untrusted_seen
+        or taint.private_saturated
+        or taint.forgotten
+        or taint.private_lines
+        or taint.private_prints
+    )
 
 
 class SessionFacts:
@@ -190,6 +225,9 @@ class SessionFacts:
         # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
         # untrusted and private data in every tool argument (fail closed).
         self.forgotten = False
+        # The `export_digest` of the export these facts equal while unchanged (the one they
+        # were imported from or last exported as): taking the same export back is a no-op.
+        self.digest: bytes | None = None
 
     @classmethod
     def of_forgotten(cls) -> SessionFacts:
@@ -202,7 +240,8 @@ class SessionFacts:
     def tainted(self) -> bool:
         """Whether forgetting this session would lose something that denies a step."""
         return (
-            self.untrusted_seen
+            self.forgotten
+            or self.untrusted_seen
             or self.private_saturated
             or bool(len(self.private_values) or len(self.private_lines))
         )
@@ -259,7 +298,16 @@ class SessionFacts:
         )
 
     def export(self) -> bytes:
+        memory = self._encode()
         self.changed = False
+        self.digest = export_digest(memory)
+        return memory
+
+    def holds(self, memory: bytes) -> bool:
+        """Whether these facts are what `memory` (an export) says, unchanged since."""
+        return not self.changed and self.digest == export_digest(memory)
+
+    def _encode(self) -> bytes:
         return _memory_encoder.encode(
             SessionMemory(
                 turn_id=self.turn_id,
@@ -274,6 +322,7 @@ class SessionFacts:
                 originals=self.originals,
                 counters=self.counters,
                 provenance=self.provenance.export(),
+                forgotten=self.forgotten,
             )
         )
 
@@ -286,6 +335,7 @@ class SessionFacts:
         facts.calls_in_session = stored.calls_in_session
         facts.calls_by_tool = dict(stored.calls_by_tool)
         facts.untrusted_seen = stored.untrusted_seen
+        facts.forgotten = stored.forgotten
         facts.untrusted_lines.add_all(stored.untrusted_lines)
         facts.private_lines.add_all(stored.private_lines)
         facts.private_values.add_all(stored.private_prints)
@@ -303,6 +353,7 @@ class SessionFacts:
         facts.counters = dict(stored.counters)
         if stored.provenance is not None:
             facts.provenance = Provenance.from_export(stored.provenance)
+        facts.digest = export_digest(memory)
         return facts
 
 

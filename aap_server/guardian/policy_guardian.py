@@ -371,21 +371,29 @@ class PolicyGuardian(Guardian):
         self._families = _Families(policy)
         self.policy = policy
 
+    # A hosted session's memory (outside any `POST /aos` scope) is taken back only when not
+    # in memory (one turn at a time runs it here); a `POST /aos` caller's (in its scope) is
+    # always replaced: the store holds the newest, whichever replica wrote it.
     def export_session(self, session_id: str) -> bytes | None:
-        facts = self._hosted.get(session_id)
+        facts = self._cache(check_scope.get().namespace).get(session_id)
         return facts.export() if facts is not None and facts.changed else None
 
     def import_session(self, session_id: str, memory: bytes) -> None:
-        if session_id in self._hosted:
+        cache = self._cache(check_scope.get().namespace)
+        if cache is self._hosted and session_id in cache:
+            return
+        held = cache.get(session_id)
+        if held is not None and held.holds(memory):  # what this process last wrote: as is
+            cache.facts(session_id)  # (most recently used)
             return
         try:
             facts = SessionFacts.from_export(memory)
-        except (msgspec.DecodeError, ValueError, TypeError):
+        except Exception:  # never keep an older copy, nor start afresh: fail closed
             # Unreadable (a bug, or a blob from elsewhere): assume the worst, as for a forgotten
             # session, so it cannot send out data as if nothing untrusted or private came in.
             logger.warning("unreadable guardian memory of session %s; assuming taint", session_id)
             facts = SessionFacts.of_forgotten()
-        self._hosted.put(session_id, facts)
+        cache.put(session_id, facts)
 
     def _cache(self, namespace: str) -> FactsCache:
         if not namespace:

@@ -57,6 +57,8 @@ class HistoryBody(Wire, frozen=True):
 
 class GetSessionHistoryResponse(Wire, frozen=True):
     history: HistoryBody
+    # Only when paging (`after` or `limit` given): the cursor of the next page, if any.
+    next: str | None = None
 
 
 class GetMetaResponse(Wire, frozen=True):

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextvars import Token
 
 from aap_server.guardian import FailClosed, Guardian
 from aap_server.ids import new_id
@@ -17,9 +18,7 @@ from aap_server.protocol import (
     AgentConfig,
     GetAuditResponse,
     GetMetaResponse,
-    GetSessionHistoryResponse,
     GetSessionsResponse,
-    HistoryBody,
     HistoryType,
     PostSessionsRequest,
     PostSessionsResponse,
@@ -62,12 +61,17 @@ from aap_server.runtime.validation import (
     validate_turn_messages,
 )
 from aap_server.store import (
+    HistoryChangedError,
+    HistoryPage,
     InvalidCursorError,
     PendingToolCall,
     SessionRecord,
     SessionStore,
     StepWrite,
+    TurnFence,
+    TurnInProgressError,
     TurnSnapshot,
+    turn_fence,
 )
 from aap_server.telemetry import Telemetry, TurnObservation
 
@@ -158,6 +162,7 @@ class AapService:
         self._accepting = True
         # Concurrent turns per principal.
         self.principal_limits = principal_limits or PrincipalLimits()
+        self.leases.max_turns = self.principal_limits.max_concurrent_turns  # across replicas
 
     # --- meta and sessions ------------------------------------------------------------------
 
@@ -250,6 +255,8 @@ class AapService:
         self._deleting.add(session_id)  # no turn may start while the rows go
         try:
             deleted = await self.store.delete_session(session_id, principal.owner)
+        except TurnInProgressError as error:  # taken on another replica since the check
+            raise _turn_in_progress(session_id, error.holder) from error
         finally:
             self._deleting.discard(session_id)
         if not deleted:
@@ -277,9 +284,43 @@ class AapService:
             raise _invalid_cursor() from error
         return GetAuditResponse(records=page.records, next=page.next)
 
-    async def history(
+    async def history_page(
+        self,
+        principal: Principal,
+        session_id: str,
+        kind: HistoryType,
+        after: str | None,
+        limit: int,
+        max_bytes: int,
+    ) -> HistoryPage:
+        """A page of the session's history of the requested type (see `history`), read
+        from the store by index range, however long the history is."""
+        await self._history_ready(principal, session_id, kind)
+        return await self.history_page_after(session_id, kind, after, limit, max_bytes)
+
+    async def history_page_after(
+        self, session_id: str, kind: HistoryType, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        """The page after `after` of a history `history_page` already checked access to."""
+        try:
+            return await self.store.load_history_page(session_id, kind, after, limit, max_bytes)
+        except InvalidCursorError as error:
+            raise InvalidRequestError(
+                "after: not a cursor of this history; pass the `next` value of a previous page",
+                code="invalid_cursor",
+            ) from error
+        except HistoryChangedError as error:
+            raise ConflictError(
+                "after: the compacted history was compacted since this cursor was issued; "
+                "read it again from the first page (without `after`)",
+                code="history_changed",
+            ) from error
+
+    async def _history_ready(
         self, principal: Principal, session_id: str, kind: HistoryType
-    ) -> GetSessionHistoryResponse:
+    ) -> None:
+        """Whether the principal may read this history (NotFoundError if not); first closes
+        tool calls a crashed turn left running, as a turn would."""
         record = await self._record(principal, session_id)
         hosted = self._hosted(record)
         declared = hosted.info.capabilities.history if hosted.info.capabilities else None
@@ -297,13 +338,14 @@ class AapService:
                 # only with the lease (read again under it: that turn may have just ended).
                 if await self.leases.take(session_id, repair) is None:
                     current = await self._record(principal, session_id)
-                    await self._close_interrupted(session_id, current.pending)
+                    fence = turn_fence.set(TurnFence(session_id, repair))
+                    try:
+                        await self._close_interrupted(session_id, current.pending)
+                    finally:
+                        turn_fence.reset(fence)
             finally:
                 self._active.pop(session_id, None)
                 await self.leases.release(session_id, repair)
-        messages = await self.store.load_history(session_id, kind)
-        body = HistoryBody(full=messages) if kind == "full" else HistoryBody(compacted=messages)
-        return GetSessionHistoryResponse(history=body)
 
     # --- turns ------------------------------------------------------------------------------
 
@@ -329,10 +371,15 @@ class AapService:
         self._active[session_id] = turn.turn_id
         observed: TurnObservation | None = None
         running = False  # once the turn's task runs, the task frees what the turn holds
+        fence: Token[TurnFence | None] | None = None
         try:
-            if (holder := await self.leases.take(session_id, turn.turn_id)) is not None:
+            holder = await self.leases.take(session_id, turn.turn_id, principal.owner)
+            if holder is not None:
                 await self._record(principal, session_id)  # not yours: 404, busy or not
                 raise _turn_in_progress(session_id, holder)
+            # The turn's writes (here and in its task, which inherits this) are stored only
+            # while it still holds the lease: a replica whose lease lapsed writes nothing.
+            fence = turn_fence.set(TurnFence(session_id, turn.turn_id))
             snapshot = await self.store.load_turn(session_id, principal.owner)
             if snapshot is None:
                 raise _session_not_found(session_id)
@@ -374,6 +421,8 @@ class AapService:
                 observed.rejected(error)
             raise
         finally:
+            if fence is not None:
+                turn_fence.reset(fence)
             if not running:  # refused, or nothing to run
                 await self._end_turn(principal, session_id, turn.turn_id)
         self._tasks.add(task)

@@ -12,21 +12,40 @@ import asyncio
 import contextlib
 import logging
 
-from aap_server.store import SessionStore, StoreUnavailableError
+from aap_server.runtime.limits import TooManyTurnsError
+from aap_server.store import QuotaExceededError, SessionStore, StoreUnavailableError
 
 logger = logging.getLogger("aap_server.runtime")
 
 
 class TurnLeases:
-    def __init__(self, store: SessionStore, ttl_seconds: float) -> None:
+    def __init__(self, store: SessionStore, ttl_seconds: float, max_turns: int = 0) -> None:
         self.store = store
         self.ttl_seconds = ttl_seconds
+        # A principal's turns at once across every replica (0: no limit); a store with no
+        # shared leases (SQLite) leaves it to the in-process count (`PrincipalLimits`).
+        self.max_turns = max_turns
         self._renewers: dict[str, asyncio.Task[None]] = {}  # turn id -> its renewing task
 
-    async def take(self, session_id: str, turn_id: str) -> str | None:
-        """Claim the session for `turn_id`: None when claimed (and kept renewed until
-        `release`), otherwise the id of the turn that holds it on some replica."""
-        holder = await self.store.take_turn(session_id, turn_id, self.ttl_seconds)
+    async def take(self, session_id: str, turn_id: str, owner: str = "") -> str | None:
+        """Claim the session for `turn_id` of `owner`: None when claimed (and kept renewed
+        until `release`), otherwise the id of the turn that holds it on some replica.
+        TooManyTurnsError when `owner` already runs `max_turns` turns on any replica."""
+        try:
+            holder = await self.store.take_turn(
+                session_id,
+                turn_id,
+                self.ttl_seconds,
+                owner=owner,
+                max_turns=self.max_turns if owner else 0,
+            )
+        except QuotaExceededError as error:
+            raise TooManyTurnsError(
+                f"too many turns at once: at most {error.limit} per API key across replicas; "
+                "retry when one of them has ended",
+                retry_after_seconds=1,
+                details={"maxConcurrentTurns": error.limit},
+            ) from error
         if holder is None:
             self._renewers[turn_id] = asyncio.create_task(self._renew(session_id, turn_id))
         return holder

@@ -4,9 +4,13 @@ from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash, first_b
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
+    CallerMemory,
     Compaction,
+    HistoryChangedError,
     HistoryKind,
+    HistoryPage,
     InvalidCursorError,
+    LeaseLostError,
     PendingKind,
     PendingToolCall,
     QuotaExceededError,
@@ -17,8 +21,11 @@ from aap_server.store.base import (
     StepWrite,
     StoreLimits,
     StoreUnavailableError,
+    TurnFence,
+    TurnInProgressError,
     TurnSnapshot,
     caller_chain,
+    turn_fence,
 )
 
 __all__ = [
@@ -26,9 +33,13 @@ __all__ = [
     "AuditChain",
     "AuditDraft",
     "AuditPage",
+    "CallerMemory",
     "Compaction",
+    "HistoryChangedError",
     "HistoryKind",
+    "HistoryPage",
     "InvalidCursorError",
+    "LeaseLostError",
     "PendingKind",
     "PendingToolCall",
     "QuotaExceededError",
@@ -39,10 +50,13 @@ __all__ = [
     "StepWrite",
     "StoreLimits",
     "StoreUnavailableError",
+    "TurnFence",
+    "TurnInProgressError",
     "TurnSnapshot",
     "caller_chain",
     "entry_hash",
     "first_broken",
+    "turn_fence",
 ]
 
 from aap_server.store.migrations import SCHEMA_VERSION, SchemaVersionError

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 
 from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
-from aap_server.store.audit import AuditDraft
+from aap_server.store.audit import GENESIS_HASH, AuditDraft
 
 HistoryKind = Literal["full", "compacted"]
 PendingKind = Literal["client", "permission"]
@@ -93,6 +95,17 @@ class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
     next: str | None = None
 
 
+class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
+    messages: list[HistoryMessage]
+    # Opaque cursor for the next page; None on the last page.
+    next: str | None = None
+
+
+class HistoryChangedError(Exception):
+    """The compacted history was compacted since the cursor was issued: its pages no longer
+    follow on from each other; read it again from the start."""
+
+
 class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
     records: list[AuditEntry]
     next: str | None = None
@@ -101,6 +114,34 @@ class AuditPage(msgspec.Struct, frozen=True, kw_only=True):
 class StoreUnavailableError(Exception):
     """The database could not be reached (or the connection broke where a retry was not
     safe); the operation may be retried later. The API answers 503."""
+
+
+class TurnInProgressError(Exception):
+    """A turn (`holder`, on some replica) holds the session's lease: it cannot be deleted
+    now, and a write fenced to another turn's lease (`StepWrite.lease`) is refused."""
+
+    def __init__(self, session_id: str, holder: str) -> None:
+        super().__init__(f"session {session_id!r} is held by turn {holder}")
+        self.holder = holder
+
+
+class LeaseLostError(Exception):
+    """A write fenced to a turn (`turn_fence`) found that turn no longer holds the session's
+    lease (it lapsed, and perhaps another replica's turn took it): nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFence:
+    """The turn whose lease a session's writes must hold (see `turn_fence`)."""
+
+    session_id: str
+    turn_id: str
+
+
+turn_fence: ContextVar[TurnFence | None] = ContextVar("aap_turn_fence", default=None)
+"""Set by the runtime while a turn holding the session's lease runs (its task inherits it):
+a store shared by several processes then commits that session's steps only while the lease
+is still the turn's, checked in the commit's own transaction."""
 
 
 class InvalidCursorError(ValueError):
@@ -115,9 +156,14 @@ class StoreLimits(msgspec.Struct, frozen=True, kw_only=True):
 
     max_sessions: int = 0
     max_stored_bytes: int = 0
+    # POST /aos callers' guardian memory (see `CallerMemory`): bytes kept per caller (least
+    # recently written sessions go first), and tainted sessions remembered as forgotten per
+    # caller (past that, every session of the caller with nothing stored counts as tainted).
+    caller_memory_bytes: int = 16 * 1024 * 1024
+    caller_forgotten_sessions: int = 50_000
 
 
-QuotaKind = Literal["sessions", "stored_bytes"]
+QuotaKind = Literal["sessions", "stored_bytes", "turns"]
 
 
 class QuotaExceededError(Exception):
@@ -134,13 +180,35 @@ class AuditChain(msgspec.Struct, frozen=True, kw_only=True):
     """One hash chain of audit entries: a session's (kept `audit_retention` after the session
     is deleted) or a POST /aos caller's (`caller_chain`; entries older than the retention are
     pruned from its front). The entries start at `start_seq`, whose prev_hash is
-    `start_hash` (GENESIS_HASH unless older entries were pruned)."""
+    `start_hash` (GENESIS_HASH unless older entries were pruned), and end at `head_seq`."""
 
     chain: str
     owner: str
     ended_at_ms: int | None
     start_seq: int
     start_hash: str
+    # The newest entry appended (start_seq - 1 and start_hash while there is none): a chain
+    # whose last entry is not this one lost entries from its end.
+    head_seq: int = -1
+    head_hash: str = GENESIS_HASH
+
+
+class CallerMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """What the guardian remembers of one session of a POST /aos caller, as stored.
+
+    `memory` is the guardian's export (opaque here); None with `forgotten` when the session
+    was tainted and pushed out by the caller's byte cap (or the caller forgot too many such
+    sessions to name them): the guardian must take the worst. `version` is what a save must
+    name to replace it (0: nothing stored)."""
+
+    memory: bytes | None = None
+    forgotten: bool = False
+    version: int = 0
+
+
+# Counted per stored caller memory row besides its blob and session id (so no number of
+# empty sessions escapes the caller's byte cap).
+CALLER_MEMORY_ROW_BYTES = 64
 
 
 def caller_chain(owner: str) -> str:
@@ -184,11 +252,22 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def delete_session(self, session_id: str, owner: str) -> bool:
         """Remove the session, its history and its state; False if there was none. Its audit
-        chain stays (see `prune_audit`)."""
+        chain stays (see `prune_audit`). TurnInProgressError (nothing removed) while a turn
+        holds the session's lease: taken by the deletion itself, so no turn starts meanwhile."""
 
     @abc.abstractmethod
     async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
         """The whole history of one kind, oldest first."""
+
+    @abc.abstractmethod
+    async def load_history_page(
+        self, session_id: str, kind: HistoryKind, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        """Up to `limit` messages of one kind, oldest first, after the cursor `after`, and no
+        more of them than fit in `max_bytes` as stored (but at least one): index range
+        reads, whatever the history's length. InvalidCursorError for a cursor of another
+        session's history kind or not issued here; HistoryChangedError when the compacted
+        history was compacted since the cursor was issued."""
 
     @abc.abstractmethod
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
@@ -197,7 +276,8 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def commit(self, session_id: str, write: StepWrite) -> None:
-        """Apply one step's writes atomically (all or nothing)."""
+        """Apply one step's writes atomically (all or nothing). LeaseLostError (nothing
+        written) when `turn_fence` names this session and its turn's lease is gone."""
 
     @abc.abstractmethod
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
@@ -223,6 +303,20 @@ class SessionStore(abc.ABC):
     async def load_state(self, session_id: str) -> dict[str, Any]:
         """The agent-private state of a session (empty when none was stored)."""
 
+    # -- POST /aos callers' guardian memory ------------------------------------------------
+
+    @abc.abstractmethod
+    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+        """The stored guardian memory of a caller's session (one indexed read)."""
+
+    @abc.abstractmethod
+    async def save_caller_memory(
+        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+    ) -> bool:
+        """Replace the memory loaded at `version`; False (nothing written) if it changed
+        since. Keeps the caller under `StoreLimits.caller_memory_bytes` by pushing out its
+        least recently saved sessions (a `tainted` one is remembered as forgotten)."""
+
     # -- the turn lease: one turn per session across every process sharing the database -----
     #
     # A store that only one process ever opens (SQLite) keeps the defaults: the runtime's
@@ -230,9 +324,19 @@ class SessionStore(abc.ABC):
     # the database, with an expiry so that a process that dies holding it does not lock the
     # session forever.
 
-    async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
+    async def take_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+    ) -> str | None:
         """Claim the session's turn lease for `ttl_seconds`: None when claimed, otherwise the
-        id of the turn (on some replica) that holds an unexpired lease."""
+        id of the turn (on some replica) that holds an unexpired lease. With `max_turns`,
+        QuotaExceededError ("turns") when `owner` already holds that many leases on any
+        replica (checked and taken atomically)."""
         return None
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:

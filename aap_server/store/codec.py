@@ -93,6 +93,36 @@ def decode_audit_cursor(cursor: str) -> int:
     return int(value)
 
 
+_HISTORY_CURSOR_PREFIX = "h1:"
+_HISTORY_CURSOR = re.compile(r"(full|compacted)\.(\d{1,18})\.(\d{1,18})")
+
+
+def encode_history_cursor(kind: str, seq: int, compactions: int) -> str:
+    """After the message at `seq` of a history, as it stood after `compactions`."""
+    return _encode_token(_HISTORY_CURSOR_PREFIX, f"{kind}.{seq}.{compactions}")
+
+
+def decode_history_cursor(cursor: str, kind: str) -> tuple[int, int]:
+    """(seq, compactions) of a cursor issued for a history of `kind`."""
+    found = _HISTORY_CURSOR.fullmatch(_decode_token(_HISTORY_CURSOR_PREFIX, cursor))
+    if found is None or found[1] != kind:
+        raise InvalidCursorError("malformed cursor")
+    return int(found[2]), int(found[3])
+
+
+def history_page_end(sizes: Sequence[Row], limit: int, max_bytes: int) -> tuple[int, bool]:
+    """Of the (seq, stored size) of up to `limit + 1` messages after a cursor: the seq of the
+    last one on the page (as many as fit in `max_bytes`, at least one) and whether more
+    follow. Call with at least one row."""
+    total, end = 0, 0
+    for index, row in enumerate(sizes[:limit]):
+        total += row[1]
+        if index and total > max_bytes:
+            break
+        end = index
+    return sizes[end][0], len(sizes) > end + 1
+
+
 # --- encoding ------------------------------------------------------------------------------
 
 SessionRow = tuple[str, str, bytes, bytes | None, bytes, int]

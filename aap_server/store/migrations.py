@@ -111,6 +111,50 @@ MIGRATIONS: tuple[str, ...] = (
              WHERE a.chain = s.session_id))
         FROM sessions AS s GROUP BY owner;
     """,
+    # 5: POST /aos callers' guardian memory (per caller and session, bounded per caller).
+    """
+    CREATE TABLE caller_memory (
+        caller     TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        memory     BLOB NOT NULL,     -- the guardian's export
+        tainted    INTEGER NOT NULL,  -- pushing it out must leave a `caller_forgotten` row
+        version    INTEGER NOT NULL,  -- bumped by every save (optimistic concurrency)
+        used_at    INTEGER NOT NULL,  -- the caller's clock at the last save (LRU order)
+        PRIMARY KEY (caller, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX caller_memory_lru ON caller_memory (caller, used_at);
+
+    CREATE TABLE caller_forgotten (
+        caller     TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        version    INTEGER NOT NULL,  -- one past the version it had: a save from before fails
+        PRIMARY KEY (caller, session_id)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE caller_memory_usage (
+        caller     TEXT PRIMARY KEY,
+        bytes      INTEGER NOT NULL,  -- of its caller_memory rows (blob, id, row overhead)
+        forgotten  INTEGER NOT NULL,  -- its caller_forgotten rows
+        clock      INTEGER NOT NULL,
+        overflowed INTEGER NOT NULL   -- forgot too many to name: any unknown one is tainted
+    ) WITHOUT ROWID;
+
+    -- Where each audit chain ends (its newest entry's seq and hash; start_seq - 1 and
+    -- start_hash while empty), moved by every append: `audit verify` notices entries deleted
+    -- from the end, and appends chain from here, not from whatever entry is last.
+    ALTER TABLE audit_chains ADD COLUMN head_seq INTEGER NOT NULL DEFAULT -1;
+    ALTER TABLE audit_chains ADD COLUMN head_hash TEXT NOT NULL
+        DEFAULT '0000000000000000000000000000000000000000000000000000000000000000';
+    UPDATE audit_chains SET head_seq = start_seq - 1, head_hash = start_hash;
+    UPDATE audit_chains SET (head_seq, head_hash) = (
+        SELECT seq, hash FROM audit_entries AS e WHERE e.chain = audit_chains.chain
+        ORDER BY seq DESC LIMIT 1)
+    WHERE EXISTS (SELECT 1 FROM audit_entries AS e WHERE e.chain = audit_chains.chain);
+
+    -- How often the compacted history was compacted: a history page cursor names it, so a
+    -- page read after a compaction is refused rather than stitched to one from before.
+    ALTER TABLE sessions ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

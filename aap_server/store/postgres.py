@@ -16,7 +16,9 @@ timeout and so does taking a connection: a request never hangs on the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -28,14 +30,27 @@ from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
+    CallerMemory,
+    HistoryChangedError,
     HistoryKind,
+    HistoryPage,
+    LeaseLostError,
+    QuotaExceededError,
     SessionPage,
     SessionRecord,
     SessionStore,
     StepWrite,
     StoreLimits,
     StoreUnavailableError,
+    TurnInProgressError,
     TurnSnapshot,
+    turn_fence,
+)
+from aap_server.store.caller_memory import (
+    EVICT_BATCH,
+    CallerMemorySave,
+    CallerUsage,
+    caller_row_bytes,
 )
 from aap_server.store.codec import (
     AUDIT_DECODER,
@@ -47,11 +62,14 @@ from aap_server.store.codec import (
     decode_audit_cursor,
     decode_cursor,
     decode_history,
+    decode_history_cursor,
     decode_record,
     decode_state,
     encode_audit_cursor,
     encode_cursor,
+    encode_history_cursor,
     encode_step,
+    history_page_end,
     now_ms,
     prunable_through,
     session_row,
@@ -78,6 +96,27 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.CannotConnectNowError,
 )
+
+
+def dsn_location(dsn: str) -> str:
+    """Where a DSN points, for messages: `host:port/database`, never the user's password."""
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        port = parts.port
+    except ValueError:
+        return "(an unreadable postgresql:// URL)"
+    host = parts.hostname or "localhost"
+    return f"{host}:{port or 5432}/{parts.path.lstrip('/') or '(default database)'}"
+
+
+def scrubbed(error: BaseException, dsn: str) -> str:
+    """An error's first line, shortened, with the DSN's password (if any) masked."""
+    text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+    with contextlib.suppress(ValueError):
+        password = urllib.parse.urlsplit(dsn).password
+        if password:
+            text = text.replace(password, "***").replace(urllib.parse.unquote(password), "***")
+    return text
 
 
 class PostgresSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +185,21 @@ _OLDEST_COMPACTED = (
     "ORDER BY seq LIMIT $2"
 )
 _DROP_COMPACTED = "DELETE FROM history_compacted WHERE session_id = $1 AND seq <= $2"
+_COUNT_COMPACTION = "UPDATE sessions SET compactions = compactions + 1 WHERE session_id = $1"
+_COMPACTIONS = "SELECT compactions FROM sessions WHERE session_id = $1"
+# A history page: the sizes of the next messages (no value is read), then those that fit.
+_HISTORY_SIZES = {
+    "full": "SELECT seq, octet_length(message) FROM history_full "
+    "WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    "compacted": "SELECT seq, octet_length(message) FROM history_compacted "
+    "WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+}
+_HISTORY_RANGE = {
+    "full": "SELECT message FROM history_full WHERE session_id = $1 AND seq > $2 AND seq <= $3 "
+    "ORDER BY seq",
+    "compacted": "SELECT message FROM history_compacted "
+    "WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
+}
 _STATE_SIZES = (
     "SELECT COALESCE(SUM(octet_length(value)), 0) FROM agent_state "
     "WHERE session_id = $1 AND key = ANY($2::text[])"
@@ -162,12 +216,24 @@ _UPSERT_MEMORY = (
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = $1"
 _USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = $1"
+# Quota checks that add in the same transaction lock the owner's counters first, so two
+# replicas cannot both take the last place.
+_OPEN_USAGE = (
+    "INSERT INTO owner_usage (owner, sessions, stored_bytes) VALUES ($1, 0, 0) "
+    "ON CONFLICT (owner) DO NOTHING"
+)
+_LOCK_USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = $1 FOR UPDATE"
+_LIVE_TURNS = (
+    "SELECT COUNT(*) FROM turn_leases WHERE owner = $1 AND expires_at > now() AND session_id <> $2"
+)
 _ADD_USAGE = (
     "INSERT INTO owner_usage AS u (owner, sessions, stored_bytes) VALUES ($1, $2, $3) "
     "ON CONFLICT (owner) DO UPDATE SET sessions = u.sessions + $2, "
     "stored_bytes = u.stored_bytes + $3"
 )
 _LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = $1 ORDER BY seq DESC LIMIT 1"
+_CHAIN_HEAD = "SELECT head_seq, head_hash FROM audit_chains WHERE chain = $1"
+_MOVE_CHAIN_HEAD = "UPDATE audit_chains SET head_seq = $1, head_hash = $2 WHERE chain = $3"
 _INSERT_AUDIT = (
     "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) "
     "SELECT $1, s, $2, e, h FROM unnest($3::bigint[], $4::bytea[], $5::text[]) AS t (s, e, h)"
@@ -186,8 +252,8 @@ _OPEN_CALLER_CHAIN = (
 _LOCK_CHAIN = "SELECT 1 FROM audit_chains WHERE chain = $1 FOR UPDATE"
 _END_CHAIN = "UPDATE audit_chains SET ended_at = $1 WHERE chain = $2"
 _LIST_CHAINS = (
-    "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
-    "WHERE chain > $1 ORDER BY chain LIMIT $2"
+    "SELECT chain, owner, ended_at, start_seq, start_hash, head_seq, head_hash "
+    "FROM audit_chains WHERE chain > $1 ORDER BY chain LIMIT $2"
 )
 _ENDED_CHAINS = (
     "SELECT chain, owner FROM audit_chains WHERE ended_at IS NOT NULL AND ended_at < $1 "
@@ -212,10 +278,11 @@ _DROP_ENTRIES_THROUGH = (
 _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = $1, start_hash = $2 WHERE chain = $3"
 
 _TAKE_LEASE = (
-    "INSERT INTO turn_leases AS l (session_id, turn_id, expires_at) "
-    "VALUES ($1, $2, now() + make_interval(secs => $3)) "
+    "INSERT INTO turn_leases AS l (session_id, turn_id, expires_at, owner) "
+    "VALUES ($1, $2, now() + make_interval(secs => $3), $4) "
     "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
-    "expires_at = excluded.expires_at WHERE l.expires_at <= now() RETURNING l.turn_id"
+    "expires_at = excluded.expires_at, owner = excluded.owner "
+    "WHERE l.expires_at <= now() RETURNING l.turn_id"
 )
 _LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > now()"
 _RENEW_LEASE = (
@@ -223,6 +290,57 @@ _RENEW_LEASE = (
     "WHERE session_id = $1 AND turn_id = $2"
 )
 _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = $1 AND turn_id = $2"
+_DROP_LEASE = "DELETE FROM turn_leases WHERE session_id = $1"
+# A fenced commit's check, by the clock now (not the transaction's start); the row stays
+# locked until the commit, so no other turn can take the lease in between.
+_FENCE = (
+    "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > clock_timestamp() "
+    "FOR SHARE"
+)
+# The lease a deletion takes for its own transaction (dropped with the session).
+_DELETION = "(deleting)"
+
+
+_SELECT_CALLER_MEMORY = (
+    "SELECT memory, version FROM caller_memory WHERE caller = $1 AND session_id = $2"
+)
+_SELECT_CALLER_FORGOTTEN = (
+    "SELECT version FROM caller_forgotten WHERE caller = $1 AND session_id = $2"
+)
+_CALLER_OVERFLOWED = "SELECT overflowed FROM caller_memory_usage WHERE caller = $1"
+_OPEN_CALLER_USAGE = (
+    "INSERT INTO caller_memory_usage (caller, bytes, forgotten, clock, overflowed) "
+    "VALUES ($1, 0, 0, 0, false) ON CONFLICT (caller) DO NOTHING"
+)
+# Locked: a caller's saves are serialised (its counters and LRU order stay exact).
+_LOCK_CALLER_USAGE = (
+    "SELECT bytes, forgotten, clock, overflowed FROM caller_memory_usage WHERE caller = $1 "
+    "FOR UPDATE"
+)
+_PUT_CALLER_USAGE = (
+    "UPDATE caller_memory_usage SET bytes = $2, forgotten = $3, clock = $4, overflowed = $5 "
+    "WHERE caller = $1"
+)
+_CALLER_ROW = (
+    "SELECT version, octet_length(memory) FROM caller_memory WHERE caller = $1 AND session_id = $2"
+)
+_PUT_CALLER_MEMORY = (
+    "INSERT INTO caller_memory (caller, session_id, memory, tainted, version, used_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (caller, session_id) DO UPDATE SET "
+    "memory = excluded.memory, tainted = excluded.tainted, version = excluded.version, "
+    "used_at = excluded.used_at"
+)
+_UNFORGET = "DELETE FROM caller_forgotten WHERE caller = $1 AND session_id = $2"
+_LEAST_RECENT = (
+    "SELECT session_id, tainted, version, octet_length(memory) FROM caller_memory "
+    "WHERE caller = $1 ORDER BY used_at LIMIT $2"
+)
+_DROP_CALLER_MEMORY = "DELETE FROM caller_memory WHERE caller = $1 AND session_id = $2"
+_FORGET = (
+    "INSERT INTO caller_forgotten (caller, session_id, version) VALUES ($1, $2, $3) "
+    "ON CONFLICT (caller, session_id) DO UPDATE SET version = excluded.version"
+)
+_FORGET_ALL = "DELETE FROM caller_forgotten WHERE caller = $1"
 
 
 # --- operations inside one transaction --------------------------------------------------------
@@ -242,8 +360,10 @@ async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraf
     that serialises the chain (its session's row, or its chain row)."""
     if not drafts:
         return 0
-    last = await conn.fetchrow(_LAST_AUDIT, chain)
-    rows = chain_rows(chain, None if last is None else (last[0], last[1]), drafts)
+    # Chained from the chain's recorded head (entries deleted from the end leave a gap that
+    # `audit verify` reports); a chain with no row yet, from its last entry.
+    last = await conn.fetchrow(_CHAIN_HEAD, chain) or await conn.fetchrow(_LAST_AUDIT, chain)
+    rows = chain_rows(chain, None if last is None or last[0] < 0 else (last[0], last[1]), drafts)
     await conn.execute(
         _INSERT_AUDIT,
         chain,
@@ -252,20 +372,40 @@ async def _append_audit(conn: Connection, chain: str, drafts: Sequence[AuditDraf
         [r[3] for r in rows],
         [r[4] for r in rows],
     )
+    await conn.execute(_MOVE_CHAIN_HEAD, rows[-1][1], rows[-1][4], chain)
     return sum(len(r[3]) for r in rows)
 
 
 async def _check_quota(
-    conn: Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
+    conn: Connection,
+    limits: StoreLimits,
+    owner: str,
+    new_sessions: int,
+    new_bytes: int,
+    *,
+    lock: bool = False,
 ) -> None:
+    """QuotaExceededError if `owner` cannot add this much; with `lock` (a transaction that
+    adds it), the counters stay locked until it commits: atomic across replicas."""
     if limits.max_sessions or limits.max_stored_bytes:  # else no need to read the counters
-        check_quota(limits, await conn.fetchrow(_USAGE, owner), new_sessions, new_bytes)
+        if lock:
+            await conn.execute(_OPEN_USAGE, owner)
+        usage = await conn.fetchrow(_LOCK_USAGE if lock else _USAGE, owner)
+        check_quota(limits, usage, new_sessions, new_bytes)
 
 
 async def _commit(conn: Connection, session_id: str, step: EncodedStep) -> None:
     owner = await conn.fetchval(_LOCK_SESSION, session_id)  # serialises steps per session
     if owner is None:
         raise KeyError(session_id)
+    fence = turn_fence.get()
+    if fence is not None and fence.session_id == session_id:
+        holder = await conn.fetchval(_FENCE, session_id)
+        if holder != fence.turn_id:
+            raise LeaseLostError(
+                f"turn {fence.turn_id} no longer holds session {session_id!r}"
+                f" (held by {holder or 'no turn'}); its step was not stored"
+            )
     if step.updates_session:
         await conn.execute(
             _UPDATE_SESSION, step.agent, step.set_tools, step.tools, step.pending, session_id
@@ -275,6 +415,7 @@ async def _commit(conn: Connection, session_id: str, step: EncodedStep) -> None:
     if step.drop:
         oldest = await conn.fetch(_OLDEST_COMPACTED, session_id, step.drop)
         check_drop(step.drop, len(oldest))
+        await conn.execute(_COUNT_COMPACTION, session_id)
         seqs = [row[0] for row in oldest]
         added -= sum(row[1] for row in oldest)
         await conn.execute(_DROP_COMPACTED, session_id, seqs[-1])
@@ -320,6 +461,55 @@ async def _prune(conn: Connection, before_ms: int, batch: int) -> int:
             removed += await _drop(conn, owner, _DROP_ENTRIES_THROUGH, chain, last_seq)
             await conn.execute(_MOVE_CHAIN_START, last_seq + 1, last_hash, chain)
     return removed
+
+
+async def _save_caller_memory(
+    conn: Connection, limits: StoreLimits, caller: str, save: CallerMemorySave
+) -> bool:
+    session_id = save.session_id
+    await conn.execute(_OPEN_CALLER_USAGE, caller)
+    usage = CallerUsage.of(await conn.fetchrow(_LOCK_CALLER_USAGE, caller))
+    row = await conn.fetchrow(_CALLER_ROW, caller, session_id)
+    forgotten_version = None
+    if row is None:
+        forgotten_version = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
+    current = row[0] if row else forgotten_version if forgotten_version is not None else 0
+    if current != save.version:
+        return False
+    if row is not None:
+        usage.bytes -= caller_row_bytes(session_id, row[1])
+    if forgotten_version is not None:
+        await conn.execute(_UNFORGET, caller, session_id)
+        usage.forgotten -= 1
+    usage.clock += 1
+    await conn.execute(
+        _PUT_CALLER_MEMORY,
+        caller,
+        session_id,
+        save.memory,
+        save.tainted,
+        save.version + 1,
+        usage.clock,
+    )
+    usage.bytes += caller_row_bytes(session_id, len(save.memory))
+    while usage.bytes > limits.caller_memory_bytes:
+        oldest = await conn.fetch(_LEAST_RECENT, caller, EVICT_BATCH)
+        victims = [r for r in oldest if r[0] != session_id]
+        if not victims:
+            break
+        for victim, tainted, version, size in victims:
+            await conn.execute(_DROP_CALLER_MEMORY, caller, victim)
+            usage.bytes -= caller_row_bytes(victim, size)
+            if tainted:
+                await conn.execute(_FORGET, caller, victim, version + 1)
+                usage.forgotten += 1
+            if usage.bytes <= limits.caller_memory_bytes:
+                break
+    if usage.forgotten > limits.caller_forgotten_sessions:
+        await conn.execute(_FORGET_ALL, caller)
+        usage.forgotten, usage.overflowed = 0, True
+    await conn.execute(_PUT_CALLER_USAGE, caller, *usage.row())
+    return True
 
 
 async def _migrate(conn: Connection) -> tuple[int, int]:
@@ -451,7 +641,7 @@ class PostgresSessionStore(SessionStore):
 
         async def create(conn: Connection) -> None:
             stored = 2 * sum(map(len, messages))  # the seed opens both histories
-            await _check_quota(conn, limits, owner, 1, stored)
+            await _check_quota(conn, limits, owner, 1, stored, lock=True)
             try:
                 await conn.execute(_INSERT_SESSION, *row)
             except asyncpg.UniqueViolationError as exc:
@@ -498,6 +688,12 @@ class PostgresSessionStore(SessionStore):
         async def delete(conn: Connection) -> bool:
             if await conn.fetchval(_LOCK_OWNED, session_id, owner) is None:
                 return False
+            # Take the turn lease in this transaction: a turn holding it keeps the session
+            # (409); a turn taking it meanwhile waits for this commit, then finds no session.
+            if await conn.fetchval(_TAKE_LEASE, session_id, _DELETION, 60.0, None) is None:
+                holder = await conn.fetchval(_LEASE_HOLDER, session_id)
+                raise TurnInProgressError(session_id, holder or "(finishing)")
+            await conn.execute(_DROP_LEASE, session_id)
             size = await conn.fetchval(_SESSION_SIZE, session_id)
             await conn.execute(_DELETE_SESSION, session_id)  # its rows go by ON DELETE CASCADE
             await conn.execute(_ADD_USAGE, owner, -1, -size)
@@ -515,6 +711,31 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetch(sql, session_id)
 
         return decode_history(await self._run(read))
+
+    async def load_history_page(
+        self, session_id: str, kind: HistoryKind, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        cursor = None if after is None else decode_history_cursor(after, kind)
+
+        async def read(conn: Connection) -> HistoryPage:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                compactions = await conn.fetchval(_COMPACTIONS, session_id) or 0
+                after_seq = -1
+                if cursor is not None:
+                    after_seq, issued_at = cursor
+                    if kind == "compacted" and issued_at != compactions:
+                        raise HistoryChangedError(session_id)
+                sizes = await conn.fetch(_HISTORY_SIZES[kind], session_id, after_seq, limit + 1)
+                if not sizes:
+                    return HistoryPage(messages=[])
+                last, more = history_page_end(sizes, limit, max_bytes)
+                rows = await conn.fetch(_HISTORY_RANGE[kind], session_id, after_seq, last)
+            next_cursor = encode_history_cursor(kind, last, compactions) if more else None
+            return HistoryPage(messages=decode_history(rows), next=next_cursor)
+
+        return await self._run(read)
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits
@@ -576,7 +797,7 @@ class PostgresSessionStore(SessionStore):
         async def append(conn: Connection) -> None:
             await conn.execute(_OPEN_CALLER_CHAIN, chain, owner, GENESIS_HASH)
             await conn.execute(_LOCK_CHAIN, chain)  # serialises this caller's appends
-            await _check_quota(conn, limits, owner, 0, 1)
+            await _check_quota(conn, limits, owner, 0, 1, lock=True)
             await conn.execute(_ADD_USAGE, owner, 0, await _append_audit(conn, chain, drafts))
 
         await self._run(append, write=True)
@@ -586,12 +807,43 @@ class PostgresSessionStore(SessionStore):
             return await conn.fetch(_LIST_CHAINS, after or "", limit)
 
         return [
-            AuditChain(chain=c, owner=o, ended_at_ms=e, start_seq=s, start_hash=h)
-            for c, o, e, s, h in await self._run(read)
+            AuditChain(
+                chain=c,
+                owner=o,
+                ended_at_ms=e,
+                start_seq=s,
+                start_hash=h,
+                head_seq=hs,
+                head_hash=hh,
+            )
+            for c, o, e, s, h, hs, hh in await self._run(read)
         ]
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
         return await self._run(lambda conn: _prune(conn, before_ms, batch), write=True)
+
+    # -- POST /aos callers' guardian memory ------------------------------------------------
+
+    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+        async def read(conn: Connection) -> CallerMemory:
+            row = await conn.fetchrow(_SELECT_CALLER_MEMORY, caller, session_id)
+            if row is not None:
+                return CallerMemory(memory=row[0], version=row[1])
+            gone = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
+            if gone is not None:
+                return CallerMemory(forgotten=True, version=gone)
+            return CallerMemory(forgotten=bool(await conn.fetchval(_CALLER_OVERFLOWED, caller)))
+
+        return await self._run(read)
+
+    async def save_caller_memory(
+        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+    ) -> bool:
+        save = CallerMemorySave(session_id, memory, tainted, version)
+        limits = self._limits
+        return await self._run(
+            lambda conn: _save_caller_memory(conn, limits, caller, save), write=True
+        )
 
     # -- turn lease -------------------------------------------------------------------------
 
@@ -599,9 +851,27 @@ class PostgresSessionStore(SessionStore):
     # unknown: a take that did land finds its own turn holding the lease (taken, too), and
     # renewing or releasing twice changes nothing more.
 
-    async def take_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> str | None:
+    async def take_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+    ) -> str | None:
         async def take(conn: Connection) -> str | None:
-            if await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds) is not None:
+            lease = await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds, owner)
+            if lease is not None:
+                if max_turns:
+                    # Then count the owner's other live leases under its usage row's lock
+                    # (in this order, as a step's commit takes them: no deadlock), so
+                    # replicas taking at once see each other's; too many rolls this back.
+                    await conn.execute(_OPEN_USAGE, owner)
+                    await conn.execute(_LOCK_USAGE, owner)
+                    running = await conn.fetchval(_LIVE_TURNS, owner, session_id)
+                    if running >= max_turns:
+                        raise QuotaExceededError("turns", max_turns, running)
                 return None
             holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
             if holder == turn_id:  # an earlier try of this very call took it
@@ -609,7 +879,7 @@ class PostgresSessionStore(SessionStore):
             # Released between the two statements: report it held; the client retries.
             return holder or "(finishing)"
 
-        return await self._run(take)
+        return await self._run(take, write=bool(max_turns))
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
         async def renew(conn: Connection) -> bool:

@@ -7,9 +7,10 @@ them once (the others wait for the lock, then find nothing left to do); PostgreS
 transactional, so a failure leaves the database as it was.
 
 Distribution key (Citus): every per-session table is keyed by `session_id` first (audit
-chains by `chain`, which is the session id for a session's chain) and `owner_usage` by
-`owner`; there are no sequences, serial columns or foreign keys except from a session's
-rows to the session itself (co-located on the same key). Text keys use the "C" collation:
+chains by `chain`, which is the session id for a session's chain), `owner_usage` by
+`owner` and the `caller_*` tables of POST /aos callers' guardian memory by `caller`; there
+are no sequences, serial columns or foreign keys except from a session's rows to the session
+itself (co-located on the same key). Text keys use the "C" collation:
 keyset paging compares them byte-wise, whatever the database's locale.
 """
 
@@ -80,6 +81,45 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             turn_id    text NOT NULL,
             expires_at timestamptz NOT NULL
         )""",
+    ),
+    # 2: POST /aos callers' guardian memory (see SQLite's migration 5); keyed by caller.
+    (
+        """CREATE TABLE caller_memory (
+            caller     text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL,
+            memory     bytea NOT NULL,
+            tainted    boolean NOT NULL,
+            version    bigint NOT NULL,
+            used_at    bigint NOT NULL,
+            PRIMARY KEY (caller, session_id)
+        )""",
+        "CREATE INDEX caller_memory_lru ON caller_memory (caller, used_at)",
+        """CREATE TABLE caller_forgotten (
+            caller     text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL,
+            version    bigint NOT NULL,
+            PRIMARY KEY (caller, session_id)
+        )""",
+        """CREATE TABLE caller_memory_usage (
+            caller     text COLLATE "C" PRIMARY KEY,
+            bytes      bigint NOT NULL,
+            forgotten  bigint NOT NULL,
+            clock      bigint NOT NULL,
+            overflowed boolean NOT NULL
+        )""",
+        # Where each audit chain ends (see SQLite's migration 5).
+        "ALTER TABLE audit_chains ADD COLUMN head_seq bigint NOT NULL DEFAULT -1, "
+        "ADD COLUMN head_hash text NOT NULL DEFAULT repeat('0', 64)",
+        "UPDATE audit_chains SET head_seq = start_seq - 1, head_hash = start_hash",
+        """UPDATE audit_chains AS c SET head_seq = e.seq, head_hash = e.hash
+        FROM (SELECT DISTINCT ON (chain) chain, seq, hash FROM audit_entries
+              ORDER BY chain, seq DESC) AS e
+        WHERE e.chain = c.chain""",
+        # How often the compacted history was compacted (see SQLite's migration 5).
+        "ALTER TABLE sessions ADD COLUMN compactions bigint NOT NULL DEFAULT 0",
+        # Whose turn holds each lease: `max_concurrent_turns` counts them across replicas.
+        'ALTER TABLE turn_leases ADD COLUMN owner text COLLATE "C"',
+        "CREATE INDEX turn_leases_by_owner ON turn_leases (owner, expires_at)",
     ),
 )
 

@@ -25,13 +25,22 @@ from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.base import (
     AuditChain,
     AuditPage,
+    CallerMemory,
+    HistoryChangedError,
     HistoryKind,
+    HistoryPage,
     SessionPage,
     SessionRecord,
     SessionStore,
     StepWrite,
     StoreLimits,
     TurnSnapshot,
+)
+from aap_server.store.caller_memory import (
+    EVICT_BATCH,
+    CallerMemorySave,
+    CallerUsage,
+    caller_row_bytes,
 )
 from aap_server.store.codec import (
     AUDIT_DECODER,
@@ -44,11 +53,14 @@ from aap_server.store.codec import (
     decode_audit_cursor,
     decode_cursor,
     decode_history,
+    decode_history_cursor,
     decode_record,
     decode_state,
     encode_audit_cursor,
     encode_cursor,
+    encode_history_cursor,
     encode_step,
+    history_page_end,
     now_ms,
     prunable_through,
     session_row,
@@ -106,6 +118,21 @@ _SELECT_HISTORY = {
     "compacted": "SELECT message FROM history_compacted WHERE session_id = ? ORDER BY seq",
 }
 _OLDEST_COMPACTED = "SELECT seq FROM history_compacted WHERE session_id = ? ORDER BY seq LIMIT ?"
+_COUNT_COMPACTION = "UPDATE sessions SET compactions = compactions + 1 WHERE session_id = ?"
+_COMPACTIONS = "SELECT compactions FROM sessions WHERE session_id = ?"
+# A history page: the sizes of the next messages (length() reads no blob), then those that fit.
+_HISTORY_SIZES = {
+    "full": "SELECT seq, length(message) FROM history_full WHERE session_id = ? AND seq > ? "
+    "ORDER BY seq LIMIT ?",
+    "compacted": "SELECT seq, length(message) FROM history_compacted "
+    "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+}
+_HISTORY_RANGE = {
+    "full": "SELECT message FROM history_full WHERE session_id = ? AND seq > ? AND seq <= ? "
+    "ORDER BY seq",
+    "compacted": "SELECT message FROM history_compacted WHERE session_id = ? AND seq > ? "
+    "AND seq <= ? ORDER BY seq",
+}
 _DROP_COMPACTED = "DELETE FROM history_compacted WHERE session_id = ? AND seq <= ?"
 _UPSERT_STATE = (
     "INSERT INTO agent_state (session_id, key, value) VALUES (?, ?, ?) "
@@ -129,6 +156,8 @@ _ADD_USAGE = (
 )
 
 _LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = ? ORDER BY seq DESC LIMIT 1"
+_CHAIN_HEAD = "SELECT head_seq, head_hash FROM audit_chains WHERE chain = ?"
+_MOVE_CHAIN_HEAD = "UPDATE audit_chains SET head_seq = ?, head_hash = ? WHERE chain = ?"
 _INSERT_AUDIT = "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) VALUES (?, ?, ?, ?, ?)"
 _SELECT_AUDIT = "SELECT entry FROM audit_entries WHERE chain = ? AND seq > ? ORDER BY seq LIMIT ?"
 # A session id used again (tests do) continues its old chain rather than forking it.
@@ -142,7 +171,7 @@ _OPEN_CALLER_CHAIN = (
 )
 _END_CHAIN = "UPDATE audit_chains SET ended_at = ? WHERE chain = ?"
 _LIST_CHAINS = (
-    "SELECT chain, owner, ended_at, start_seq, start_hash FROM audit_chains "
+    "SELECT chain, owner, ended_at, start_seq, start_hash, head_seq, head_hash FROM audit_chains "
     "WHERE chain > ? ORDER BY chain LIMIT ?"
 )
 _ENDED_CHAINS = (
@@ -157,6 +186,36 @@ _DROP_ENTRIES_THROUGH = (
     "DELETE FROM audit_entries WHERE chain = ? AND seq <= ? RETURNING length(entry)"
 )
 _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = ?, start_hash = ? WHERE chain = ?"
+
+
+_SELECT_CALLER_MEMORY = (
+    "SELECT memory, version FROM caller_memory WHERE caller = ? AND session_id = ?"
+)
+_SELECT_CALLER_FORGOTTEN = (
+    "SELECT version FROM caller_forgotten WHERE caller = ? AND session_id = ?"
+)
+_CALLER_USAGE = (
+    "SELECT bytes, forgotten, clock, overflowed FROM caller_memory_usage WHERE caller = ?"
+)
+_PUT_CALLER_USAGE = (
+    "INSERT OR REPLACE INTO caller_memory_usage (caller, bytes, forgotten, clock, overflowed) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_CALLER_ROW = (
+    "SELECT version, length(memory) FROM caller_memory WHERE caller = ? AND session_id = ?"
+)
+_PUT_CALLER_MEMORY = (
+    "INSERT OR REPLACE INTO caller_memory (caller, session_id, memory, tainted, version, used_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UNFORGET = "DELETE FROM caller_forgotten WHERE caller = ? AND session_id = ?"
+_LEAST_RECENT = (
+    "SELECT session_id, tainted, version, length(memory) FROM caller_memory "
+    "WHERE caller = ? ORDER BY used_at LIMIT ?"
+)
+_DROP_CALLER_MEMORY = "DELETE FROM caller_memory WHERE caller = ? AND session_id = ?"
+_FORGET = "INSERT OR REPLACE INTO caller_forgotten (caller, session_id, version) VALUES (?, ?, ?)"
+_FORGET_ALL = "DELETE FROM caller_forgotten WHERE caller = ?"
 
 
 # --- synchronous operations, run on the database thread -------------------------------------
@@ -215,6 +274,7 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -
     if step.drop:
         seqs = [row[0] for row in conn.execute(_OLDEST_COMPACTED, (session_id, step.drop))]
         check_drop(step.drop, len(seqs))
+        conn.execute(_COUNT_COMPACTION, (session_id,))
         (dropped,) = conn.execute(_DROPPED_SIZE, (session_id, seqs[-1])).fetchone()
         added -= dropped
         conn.execute(_DROP_COMPACTED, (session_id, seqs[-1]))
@@ -242,8 +302,13 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
     bytes stored, which the caller counts towards the owner's until they are pruned."""
     if not drafts:
         return 0
-    rows = chain_rows(chain, conn.execute(_LAST_AUDIT, (chain,)).fetchone(), drafts)
+    head = conn.execute(_CHAIN_HEAD, (chain,)).fetchone()
+    # Chained from the chain's recorded head (entries deleted from the end leave a gap that
+    # `audit verify` reports); a chain with no row yet, from its last entry.
+    last = head if head is not None else conn.execute(_LAST_AUDIT, (chain,)).fetchone()
+    rows = chain_rows(chain, None if last is None or last[0] < 0 else last, drafts)
     conn.executemany(_INSERT_AUDIT, rows)
+    conn.execute(_MOVE_CHAIN_HEAD, (rows[-1][1], rows[-1][4], chain))
     return sum(len(row[3]) for row in rows)
 
 
@@ -308,6 +373,86 @@ def _create_sync(
     conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
+
+
+def _history_page_sync(
+    conn: sqlite3.Connection,
+    session_id: str,
+    kind: HistoryKind,
+    after: str | None,
+    limit: int,
+    max_bytes: int,
+) -> HistoryPage:
+    found = conn.execute(_COMPACTIONS, (session_id,)).fetchone()
+    compactions = found[0] if found else 0
+    after_seq = -1
+    if after is not None:
+        after_seq, issued_at = decode_history_cursor(after, kind)
+        if kind == "compacted" and issued_at != compactions:
+            raise HistoryChangedError(session_id)
+    sizes = conn.execute(_HISTORY_SIZES[kind], (session_id, after_seq, limit + 1)).fetchall()
+    if not sizes:
+        return HistoryPage(messages=[])
+    last, more = history_page_end(sizes, limit, max_bytes)
+    rows = conn.execute(_HISTORY_RANGE[kind], (session_id, after_seq, last)).fetchall()
+    cursor = encode_history_cursor(kind, last, compactions) if more else None
+    return HistoryPage(messages=decode_history(rows), next=cursor)
+
+
+def _load_caller_memory_sync(
+    conn: sqlite3.Connection, caller: str, session_id: str
+) -> CallerMemory:
+    row = conn.execute(_SELECT_CALLER_MEMORY, (caller, session_id)).fetchone()
+    if row is not None:
+        return CallerMemory(memory=row[0], version=row[1])
+    gone = conn.execute(_SELECT_CALLER_FORGOTTEN, (caller, session_id)).fetchone()
+    if gone is not None:
+        return CallerMemory(forgotten=True, version=gone[0])
+    usage = conn.execute(_CALLER_USAGE, (caller,)).fetchone()
+    return CallerMemory(forgotten=bool(usage and usage[3]))
+
+
+def _save_caller_memory_sync(
+    conn: sqlite3.Connection, limits: StoreLimits, caller: str, save: CallerMemorySave
+) -> bool:
+    session_id = save.session_id
+    row = conn.execute(_CALLER_ROW, (caller, session_id)).fetchone()
+    forgotten_row = None
+    if row is None:
+        forgotten_row = conn.execute(_SELECT_CALLER_FORGOTTEN, (caller, session_id)).fetchone()
+    current = row[0] if row else forgotten_row[0] if forgotten_row else 0
+    if current != save.version:
+        return False
+    usage = CallerUsage.of(conn.execute(_CALLER_USAGE, (caller,)).fetchone())
+    if row is not None:
+        usage.bytes -= caller_row_bytes(session_id, row[1])
+    if forgotten_row is not None:
+        conn.execute(_UNFORGET, (caller, session_id))
+        usage.forgotten -= 1
+    usage.clock += 1
+    conn.execute(
+        _PUT_CALLER_MEMORY,
+        (caller, session_id, save.memory, save.tainted, save.version + 1, usage.clock),
+    )
+    usage.bytes += caller_row_bytes(session_id, len(save.memory))
+    while usage.bytes > limits.caller_memory_bytes:
+        oldest = conn.execute(_LEAST_RECENT, (caller, EVICT_BATCH)).fetchall()
+        victims = [r for r in oldest if r[0] != session_id]
+        if not victims:
+            break
+        for victim, tainted, version, size in victims:
+            conn.execute(_DROP_CALLER_MEMORY, (caller, victim))
+            usage.bytes -= caller_row_bytes(victim, size)
+            if tainted:
+                conn.execute(_FORGET, (caller, victim, version + 1))
+                usage.forgotten += 1
+            if usage.bytes <= limits.caller_memory_bytes:
+                break
+    if usage.forgotten > limits.caller_forgotten_sessions:
+        conn.execute(_FORGET_ALL, (caller,))
+        usage.forgotten, usage.overflowed = 0, True
+    conn.execute(_PUT_CALLER_USAGE, (caller, *usage.row()))
+    return True
 
 
 async def _call(
@@ -441,6 +586,15 @@ class SqliteSessionStore(SessionStore):
         )
         return decode_history(rows)
 
+    async def load_history_page(
+        self, session_id: str, kind: HistoryKind, after: str | None, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._run(
+            lambda conn: _history_page_sync(conn, session_id, kind, after, limit, max_bytes)
+        )
+
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits
 
@@ -500,13 +654,31 @@ class SqliteSessionStore(SessionStore):
         await self._write(append)
 
     async def list_audit_chains(self, after: str | None, limit: int) -> list[AuditChain]:
-        rows: list[tuple[str, str, int | None, int, str]] = await self._run(
+        rows: list[tuple[str, str, int | None, int, str, int, str]] = await self._run(
             lambda conn: conn.execute(_LIST_CHAINS, (after or "", limit)).fetchall()
         )
         return [
-            AuditChain(chain=c, owner=o, ended_at_ms=e, start_seq=s, start_hash=h)
-            for c, o, e, s, h in rows
+            AuditChain(
+                chain=c,
+                owner=o,
+                ended_at_ms=e,
+                start_seq=s,
+                start_hash=h,
+                head_seq=hs,
+                head_hash=hh,
+            )
+            for c, o, e, s, h, hs, hh in rows
         ]
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
         return await self._write(lambda conn: _prune_sync(conn, before_ms, batch))
+
+    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+        return await self._run(lambda conn: _load_caller_memory_sync(conn, caller, session_id))
+
+    async def save_caller_memory(
+        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+    ) -> bool:
+        save = CallerMemorySave(session_id, memory, tainted, version)
+        limits = self._limits
+        return await self._write(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))

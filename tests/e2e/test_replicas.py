@@ -5,6 +5,7 @@ own cluster (tests/postgres_cluster.py), a fresh database per test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -24,6 +25,7 @@ from httpx_sse import aconnect_sse
 from tests.conftest import assert_error
 from tests.e2e.server_process import ServerProcess, free_port, server_process, until_serving
 from tests.e2e.test_aos_endpoint import step
+from tests.e2e.test_review_findings import aos_send_email, aos_tool_result, in_session
 from tests.postgres_cluster import PostgresCluster
 
 ALICE = {"Authorization": "Bearer key-alice"}
@@ -31,12 +33,12 @@ LEASE_SECONDS = 2
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-async def replicas(
-    postgres_cluster: PostgresCluster, tmp_path: Path
+@contextlib.asynccontextmanager
+async def started_replicas(
+    postgres_cluster: PostgresCluster, tmp_path: Path, **env: str
 ) -> AsyncIterator[list[ServerProcess]]:
     """Three replicas on one fresh database, started at the same time (so they also race to
-    migrate it)."""
+    migrate it), with `env` besides."""
     dsn = postgres_cluster.new_database()
     async with AsyncExitStack() as stack:
         folders = [tmp_path / f"replica{i}" for i in range(3)]
@@ -50,12 +52,21 @@ async def replicas(
                         AAP_DB=dsn,
                         AAP_TURN_LEASE_SECONDS=str(LEASE_SECONDS),
                         AAP_DB_TIMEOUT_SECONDS="3",
+                        **env,
                     )
                 )
                 for folder in folders
             )
         )
         yield list(started)
+
+
+@pytest.fixture
+async def replicas(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> AsyncIterator[list[ServerProcess]]:
+    async with started_replicas(postgres_cluster, tmp_path) as started:
+        yield started
 
 
 def client(replica: ServerProcess) -> httpx.AsyncClient:
@@ -283,3 +294,91 @@ async def test_a_tool_running_on_one_replica_is_not_closed_by_another_until_its_
             if process.returncode is None:
                 process.kill()
             await process.wait()
+
+
+def secret_line(number: int) -> str:
+    ssn = f"2{number}8-05-112{number}"
+    return f"db password for env{number} is Zq{number}kLm2vNp9xRt and the ssn {ssn}"
+
+
+async def test_a_tainted_aos_session_is_tainted_on_every_replica(
+    replicas: list[ServerProcess],
+) -> None:
+    """The guardian's memory of a `POST /aos` caller's session is in the database: what one
+    replica learned denies the exfiltration on another, and no replica's learning is lost
+    when two check steps of the same session at once."""
+
+    async def post(replica: ServerProcess, request: dict[str, Any]) -> str:
+        async with client(replica) as c:
+            response = await c.post("/aos", json=request)
+            assert response.status_code == 200, response.text
+            decision: str = response.json()["result"]["decision"]
+            return decision
+
+    # Six results read into one session, on two replicas at the same time.
+    reads = [
+        post(replicas[n % 2], in_session(aos_tool_result(n, secret_line(n)), "S")) for n in range(6)
+    ]
+    assert set(await asyncio.gather(*reads)) <= {"allow", "modify"}
+    sent = [await post(replicas[2], aos_send_email(10 + n, "S", secret_line(n))) for n in range(6)]
+    assert sent == ["deny"] * 6
+    # A value that never came in goes out (the denials are the memory's, not the policy's).
+    assert await post(replicas[2], aos_send_email(20, "S", secret_line(7))) == "allow"
+    # Another caller's session of the same name knows nothing of alice's.
+    async with httpx.AsyncClient(
+        base_url=replicas[1].base_url, headers={"Authorization": "Bearer key-bob"}, timeout=30
+    ) as bob:
+        response = await bob.post("/aos", json=aos_send_email(30, "S", secret_line(0)))
+        assert response.json()["result"]["decision"] == "allow"
+
+
+async def test_a_replica_whose_lease_lapsed_mid_turn_stores_none_of_its_reply(
+    replicas: list[ServerProcess],
+) -> None:
+    """A replica that stalls mid-turn (here: stopped) past its lease loses the session to
+    another replica's turn; when it wakes, its turn's remaining steps are not stored."""
+    stalled, other, _ = replicas
+    session_id = await create(other)
+    body = {"stream": "delta", "messages": [{"role": "user", "content": "/sleep 6\nstale"}]}
+    async with (
+        client(stalled) as c,
+        aconnect_sse(c, "POST", f"/sessions/{session_id}/turns", json=body) as source,
+    ):
+        events = source.aiter_sse()
+        assert (await anext(events)).event == "turn_start"
+        stalled.signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 10 * LEASE_SECONDS
+            while (answered := await turn(other, session_id, "fresh")).status_code == 409:
+                assert time.monotonic() < deadline, "the stalled replica's lease never lapsed"
+                await asyncio.sleep(0.2)
+            assert answered.status_code == 200, answered.text
+        finally:
+            stalled.signal(signal.SIGCONT)
+        rest = [event async for event in events]
+    stop = json.loads(rest[-1].data)
+    assert rest[-1].event == "turn_stop"
+    assert stop["stopReason"] == "error", stop
+    stored = contents(await history(other, session_id))
+    assert ("user", "/sleep 6\nstale") in stored  # its input was stored under its lease
+    assert not any(r == "assistant" and "stale" in json.dumps(c) for r, c in stored), stored
+    assert stored[-2:][0] == ("user", "fresh")
+    assert stored[-1][0] == "assistant"
+
+
+async def test_a_principals_concurrent_turns_are_counted_across_replicas(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    async with started_replicas(
+        postgres_cluster, tmp_path, AAP_MAX_CONCURRENT_TURNS="2"
+    ) as started:
+        sessions = [await create(started[0]) for _ in range(3)]
+        answers = await asyncio.gather(
+            *(turn(r, s, "/sleep 2\nbusy") for r, s in zip(started, sessions, strict=True))
+        )
+        ran = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code != 200]
+        assert len(ran) == 2, [a.text for a in answers]
+        error = assert_error(refused[0], 429, "too_many_turns")
+        assert refused[0].headers["retry-after"] == "1"
+        assert error["details"]["maxConcurrentTurns"] == 2

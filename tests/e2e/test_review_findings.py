@@ -237,7 +237,6 @@ async def test_a_tainted_aos_session_stays_tainted_after_a_thousand_other_sessio
 
 # Finding 6b: the same memory is not stored, so a restart (or another replica) forgets the
 # taint too (DESIGN: "a verdict never depends on which replica answered").
-@pytest.mark.skip(reason="issue 10: caller memory in the store")
 async def test_a_tainted_aos_session_stays_tainted_across_a_restart(tmp_path: Path) -> None:
     secret_line = "db password for prod is Zq8kLm2vNp9xRt and the ssn 078-05-1120"
     decisions = []
@@ -256,7 +255,6 @@ async def test_a_tainted_aos_session_stays_tainted_across_a_restart(tmp_path: Pa
 # Finding 7 (low-medium): `audit verify` cannot see a trail cut short. Deleting a chain's
 # newest entries (say the denials of the exfiltration attempt that just happened) leaves a
 # chain that still verifies: nothing records where a chain ends.
-@pytest.mark.skip(reason="needs the chain head in both stores (issue 10 branch)")
 async def test_audit_verify_notices_the_newest_verdicts_deleted(tmp_path: Path) -> None:
     import sqlite3
 
