@@ -177,6 +177,10 @@ FORMATS: tuple[SecretFormat, ...] = (
     _fmt("onepassword_secret_key",
          r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}"
          r"-[A-Z0-9]{5}" + _END_ALNUM, ("A3-",), description="1Password account secret key"),
+    _fmt("castai_api_key", r"castai_v1_[A-Za-z0-9]{64}_[A-Za-z0-9]{8}" + _STOP, ("castai_v1_",),
+         description="CAST AI API key"),
+    _fmt("chieftools_token", r"ct[pot]_[A-Za-z0-9]{30,248}" + _STOP, ("ctp_", "cto_", "ctr_"),
+         check=_has_digit, description="Chief Tools personal/access/refresh token"),
     _fmt("age_secret_key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}" + _END_ALNUM,
          ("AGE-SECRET-KEY-1",), check=lambda m: bech32_valid(m.group()),
          description="age encryption secret key, bech32 checked"),
@@ -276,6 +280,11 @@ FORMATS: tuple[SecretFormat, ...] = (
     _fmt("flutterwave_key",
          r"(?:FLWSECK_TEST-[a-h0-9]{12}(?![A-Za-z0-9-])|FLW(?:SECK|PUBK)(?:_TEST)?-[a-h0-9]{32}-X)"
          + _STOP, ("FLWSECK", "FLWPUBK"), description="Flutterwave secret/public/encryption key"),
+    _fmt("adyen_api_key", r"AQE[a-z0-9]{5,}\.[A-Za-z0-9_=-]{50,80}" + _STOP, ("AQE",),
+         description="Adyen API key"),
+    _fmt("braintree_token", r"(?:production|sandbox)_[a-z0-9]{8}_[a-z0-9]{16}" + _STOP,
+         ("production_", "sandbox_"), check=_has_digit,
+         description="Braintree tokenization key / access token"),
     _fmt("adobe_client_secret", r"p8e-[A-Za-z0-9]{32}" + _STOP, ("p8e-",), check=_has_digit,
          description="Adobe OAuth client secret"),
     # --- AI and data services -------------------------------------------------------------
@@ -290,6 +299,8 @@ FORMATS: tuple[SecretFormat, ...] = (
          description="Groq API key"),
     _fmt("replicate_api_token", r"r8_[A-Za-z0-9]{37}" + _END_ALNUM, ("r8_",),
          description="Replicate API token"),
+    _fmt("langsmith_api_key", r"lsv2_(?:pt|sk)_[a-z0-9]{32}_[a-z0-9]{10}" + _STOP,
+         ("lsv2_pt_", "lsv2_sk_"), description="LangSmith personal access token / service key"),
     _fmt("perplexity_api_key", r"pplx-[a-zA-Z0-9]{48}" + _STOP, ("pplx-",),
          description="Perplexity API key"),
     _fmt("yandex_api_key", r"AQVN[A-Za-z0-9_-]{35,38}" + _STOP, ("AQVN",),
@@ -299,6 +310,18 @@ FORMATS: tuple[SecretFormat, ...] = (
     _fmt("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*={0,2}" + _END,
          ("eyJ",), check=_jwt_header_ok, on_fail="entropy",
          description="JSON Web Token (header checked)"),
+)  # fmt: skip
+
+
+# Formats with characters that end a token (`$`, `@`): found by their literal opening with
+# `str.find`, then matched there.
+LITERAL_FORMATS: tuple[SecretFormat, ...] = (
+    _fmt("braintree_token", r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}" + _STOP,
+         anchor="access_token$", description="Braintree tokenization key / access token"),
+    _fmt("azure_data_factory_key",
+         r"IR@[0-9a-zA-Z-]{36}@[^@\s]{1,100}@[0-9a-zA-Z=-]{0,50}@[A-Za-z0-9+/=]{44}"
+         + _END_ALNUM, anchor="IR@",
+         description="Azure Data Factory self-hosted integration runtime key"),
 )  # fmt: skip
 
 
@@ -339,6 +362,10 @@ KEYWORD_RULES: tuple[KeywordRule, ...] = (
     _kw("bitbucket_client_secret", "bitbucket", f"{_A}{{32}}", f"{_ID}{{64}}",
         description="Bitbucket OAuth client id / secret"),
     _kw("bittrex_api_key", "bittrex", f"{_A}{{32}}", description="Bittrex access / secret key"),
+    _kw("chargebee_api_key", "chargebee", "(?:test|live)_[0-9a-zA-Z]{32,34}",
+        description="Chargebee API key"),
+    _kw("adyen_api_key", "adyen", "(?:test|live)_[a-zA-Z0-9]{30,40}",
+        description="Adyen client key"),
     _kw("cisco_meraki_api_key", "meraki", "[0-9a-f]{40}", description="Cisco Meraki API key"),
     _kw("cloudflare_api_key", "cloudflare", "[A-Za-z0-9_-]{40}", "[a-fA-F0-9]{37}",
         description="Cloudflare API token / global API key"),

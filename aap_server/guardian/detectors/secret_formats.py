@@ -46,6 +46,7 @@ from aap_server.guardian.detectors.secret_catalog import (
     FORMATS,
     KEYWORD_IDS,
     KEYWORD_RULES,
+    LITERAL_FORMATS,
     KeywordRule,
     SecretFormat,
 )
@@ -77,6 +78,10 @@ OTHER_IDS: dict[str, str] = {
     **{id: d for id, d in KEYWORD_IDS.items() if id not in {f.id for f in FORMATS}},
 }
 SECRET_IDS: tuple[str, ...] = tuple(dict.fromkeys([*(f.id for f in FORMATS), *OTHER_IDS]))
+for _f in LITERAL_FORMATS:
+    if _f.id not in SECRET_IDS:
+        SECRET_IDS += (_f.id,)
+        OTHER_IDS[_f.id] = _f.description
 
 _BY_HEAD: dict[str, list[SecretFormat]] = {}
 for _f in FORMATS:
@@ -404,7 +409,7 @@ _RUNS = {
     for n in (6, 8)
 }
 _PLACEHOLDER_WORDS = ("example", "xxxx", "placeholder", "your", "here", "dummy", "sample",
-                      "redacted", "changeme", "0000", "1234567", "****", "<", "{", "$",
+                      "redacted", "changeme", "0000", "1234567", "****", "<", "{",
                       "...")  # fmt: skip
 
 
@@ -418,8 +423,8 @@ def is_placeholder(value: str, run_limit: int = 6) -> bool:
     # (Capped: a long hex or base64 token has at most 16 or 64 distinct characters.)
     if len(set(body)) <= max(3, min(len(body) // 8, 8)):
         return True
-    if any(word in lower for word in _PLACEHOLDER_WORDS):
-        return True
+    if lower.startswith("$") or any(word in lower for word in _PLACEHOLDER_WORDS):
+        return True  # (`$NAME` is a reference; a `$` inside is a separator: Braintree)
     return any(run in body for run in _RUNS[run_limit])
 
 
@@ -614,6 +619,9 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
             skipped.add(index)  # inside a URL or key block already reported
         else:
             _match_formats(text, start, end, out, dropped)
+    for fmt in LITERAL_FORMATS:
+        if fmt.anchor in text:
+            out.extend(_secret(fmt.id, text, *m.span()) for m in fmt.pattern.finditer(text))
     if "facebook" in v.lower:
         out.extend(
             _secret("secret.facebook_secret", text, m.start(), m.end())

@@ -394,6 +394,14 @@ def _provider_secrets(b: _Builder) -> list[str]:
     add(f"ADOBE_CLIENT_SECRET=p8e-{f.alnum(32)}", "secret.adobe_client_secret")
     add(f"PERPLEXITY_API_KEY=pplx-{f.alnum(48)}", "secret.perplexity_api_key")
     add(f"YC_API_KEY=AQVN{f.b64url(36)}", "secret.yandex_api_key")
+    add(f"CASTAI_API_TOKEN=castai_v1_{f.alnum(64)}_{f.alnum(8)}", "secret.castai_api_key")
+    add(f"chief tools token ctp_{f.alnum(36)}", "secret.chieftools_token")
+    add(f"LANGSMITH_API_KEY=lsv2_pt_{low(32)}_{low(10)}", "secret.langsmith_api_key")
+    add(f"ADYEN_API_KEY=AQE{low(6)}.{f.b64url(64)}", "secret.adyen_api_key")
+    add(f"BT_TOKENIZATION_KEY=sandbox_{low(8)}_{low(16)}", "secret.braintree_token")
+    add(f"BRAINTREE_ACCESS_TOKEN=access_token$production${low(16)}", "secret.braintree_token")
+    add(f"IR@{uuid()}@adf-prod-01@we@{f.b64(43)}=", "secret.azure_data_factory_key")
+    add(f"CHARGEBEE_API_KEY=live_{f.alnum(32)}", "secret.chargebee_api_key")
     add(f"https://acme.webhook.office.com/webhookb2/{uuid()}@{uuid()}/IncomingWebhook/"
         f"{f.hex(32)}/{uuid()}", "secret.microsoft_teams_webhook")  # fmt: skip
 
