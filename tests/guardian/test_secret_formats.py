@@ -43,9 +43,9 @@ def lower(n: int) -> str:
             return value
 
 
-def test_the_catalog_names_at_least_140_providers_each_with_a_readable_description() -> None:
+def test_the_catalog_names_at_least_150_providers_each_with_a_readable_description() -> None:
     providers = {i for i in detector_ids() if i.startswith("secret.")} - GENERIC
-    assert len(providers) >= 140
+    assert len(providers) >= 150
     for detector in providers:
         assert detector.replace("_", "").replace(".", "").isalnum(), detector
         assert len(DESCRIPTIONS[detector]) > 10, detector
@@ -225,3 +225,37 @@ async def test_a_pasted_credential_of_a_new_provider_becomes_its_placeholder() -
     reply = await guardian.check(steps().message("agent", f"your key is {token}"))
     assert isinstance(reply.modified_request, aos.MessageStep)
     assert token not in msgspec.json.encode(reply.modified_request).decode()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "private_key: PKCS12PrivateKeyTypes | None = None",  # a type annotation
+        "imdsv2_session_token = self._get_imdsv2_session_token(request)",
+        'headers = {"X-aws-ec2-metadata-token": imdsv2_session_token}',
+        "MLKEM768X25519PrivateKey = rust_openssl.hpke.MLKEM768X25519PrivateKey",
+        'REQUEST_TYPE_ACCESS_TOKEN = "auth-request-type/at"',
+        '"sec-websocket-key": base64.b64encode(secrets.token_bytes(16))',
+        "AAP_API_KEYS=KEY:USER_ID:ORG_ID",
+        "oauth2client.client.OAuth2Credentials: _convert_oauth2_credentials,",
+        '"secret": "#/components/schemas/SecretAgentOption",',
+        ".. _Application Default Credentials: https://developers.google.com/identity",
+    ],
+)
+def test_code_under_a_credential_name_is_not_a_credential(line: str) -> None:
+    assert found(line) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("DB_PASSWORD=Summer2024", "Summer2024"),  # a person's password reads like a name
+        ('password = "hunter22"', "hunter22"),
+        ("pass: Tr0ub4dor&3", "Tr0ub4dor&3"),
+        ("token: s.ZC9Ecf4M5g9o34Q6RkzGsj0z", "s.ZC9Ecf4M5g9o34Q6RkzGsj0z"),  # not a dotted path
+    ],
+)
+def test_passwords_that_read_like_names_and_dotted_tokens_are_still_credentials(
+    line: str, value: str
+) -> None:
+    assert ("secret.assignment", value) in found(line)

@@ -469,7 +469,32 @@ _NOT_BEFORE_WORDS = (
     " dedupe map dict object registry event message translation i18n hot short"
 )
 _NOT_BEFORE = frozenset(_NOT_BEFORE_WORDS.split())
-_IDENTIFIER_VALUE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_.-]+")
+# Values that are code, not data: a word or constant (`ACCESS_TOKEN`), a snake_case,
+# camelCase or PascalCase name (`imdsv2_session_token`, `PKCS12PrivateKeyTypes`), a dotted
+# path (`os.environ.get`), or a `:`/`/`-list of such (`KEY:USER_ID:ORG_ID`, `PEM/OpenSSH`).
+# A password is chosen by a person and may read like a name (`Summer2024`): under a password's
+# name only words, constants and dotted paths count as code.
+_CODE_WORD = re.compile(
+    r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_.-]+|[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+"
+)
+_CODE_NAME = re.compile(
+    r"_*[a-z]+[0-9]*(?:_[a-z]+[0-9]*)+"
+    r"|(?:[a-z]{2,}|[A-Z][a-z]+|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]))(?:[A-Z][a-z]+|[0-9]{1,5}"
+    r"|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]|$))+|[A-Z][A-Z0-9]{0,9}"
+)
+_CODE_SEPARATORS = re.compile(r"[:/]")
+_PASSWORD_PARTS = frozenset(("password", "passwords", "passwd", "pwd", "pass", "passphrase"))
+
+
+def _is_code(value: str, password: bool = False) -> bool:
+    parts = [p for p in _CODE_SEPARATORS.split(value) if p]
+    return bool(parts) and all(
+        (_CODE_WORD.fullmatch(p) or (not password and _CODE_NAME.fullmatch(p)))
+        and not any(looks_random(q) for q in p.split("."))
+        for p in parts
+    )
+
+
 _AUTH_SCHEMES = frozenset(("bearer", "token", "basic", "apikey", "api-key", "digest"))
 _KEYWORDS: dict[str, list[KeywordRule]] = {}
 for _rule in KEYWORD_RULES:
@@ -510,19 +535,20 @@ def _provider_rule(name: str, before: str, value: str) -> KeywordRule | None:
     return None
 
 
-def _credential_name(name: str) -> str:
-    """`""` if `name` does not name a credential; `"part"` if a credential word is a part of it
-    after a separator or at its start; `"camel"` if only camelCase sets it apart (weaker:
-    `nonMatchingToken` in a test is not always a credential)."""
+def _credential_name(name: str) -> tuple[str, bool]:
+    """(`""` if `name` does not name a credential; `"part"` if a credential word is a part of
+    it after a separator or at its start; `"camel"` if only camelCase sets it apart (weaker:
+    `nonMatchingToken` in a test is not always a credential), whether it names a password)."""
     parts = [p.lower() for p in _NAME_PARTS.findall(name)]
     for i, part in enumerate(parts):
         if part not in _CREDENTIAL_PARTS:
             continue
         if any(p in _NOT_AFTER for p in parts[i + 1 :]) or any(p in _NOT_BEFORE for p in parts[:i]):
-            return ""
+            return "", False
         separated = "_" in name or "-" in name or "." in name or len(parts) == 1
-        return "part" if separated or name.isupper() else "camel"
-    return ""
+        password = any(p in _PASSWORD_PARTS for p in parts)
+        return ("part" if separated or name.isupper() else "camel"), password
+    return "", False
 
 
 def _assignments(text: str, out: list[Finding]) -> None:
@@ -572,20 +598,24 @@ def _assignments(text: str, out: list[Finding]) -> None:
             if not is_placeholder(value):
                 out.append(_secret(rule.id, text, start, end))
             continue
-        strength = _credential_name(name)
-        if strength and _secret_like(value, strength == "camel"):
+        if (end < len(text) and text[end] in "([") or "://" in value:
+            continue  # a call, an index or a URL: code or an address, not a credential
+        if before and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE:
+            continue  # `Next page token: …`
+        strength, password = _credential_name(name)
+        if strength and _secret_like(value, strength == "camel", password):
             out.append(_secret("secret.assignment", text, start, end))
 
 
-def _secret_like(value: str, strict: bool = False) -> bool:
+def _secret_like(value: str, strict: bool = False, password: bool = False) -> bool:
     """A value worth hiding: not a word or an identifier (`ACCESS_TOKEN`, `my-app`), not a
     number, a boolean, a path, a reference or a placeholder; mixes kinds of characters with
     some entropy. `strict` (a camelCase name) also asks for 20+ characters or both cases."""
-    if len(value) < 8 or value.isdigit() or _IDENTIFIER_VALUE.fullmatch(value):
+    if len(value) < 8 or value.isdigit() or _is_code(value, password):
         return False
     if value.lower() in ("true", "false", "null", "none", "undefined"):
         return False
-    if value.startswith(("/", "./", "~/", "process.env", "os.environ", "env.", "getenv", "$")):
+    if value.startswith(("/", "./", "~/", "#", "process.env", "os.environ", "env.", "$")):
         return False
     if is_placeholder(value):
         return False
