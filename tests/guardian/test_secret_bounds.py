@@ -26,7 +26,17 @@ PATHOLOGICAL = {
     "short key blocks": "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n",
     "auth schemes": "Authorization: Bearer ",
     "elided values": "token=ops_eyJzaWduSW5B..",
+    # Values read as code names: once exponential on digit and capital runs.
+    "digit runs in values": "api_key = Ab" + "1" * 40 + "x\n",
+    "capital runs in values": "api_key = " + "AB" * 40 + "x\n",
 }
+
+
+def test_one_value_of_name_like_runs_is_judged_in_linear_time() -> None:
+    # One value, not many: 8 more digits once cost 2**8 times as much.
+    short = _cpu("api_key = Ab" + "1" * 14 + "x")
+    longer = _cpu("api_key = Ab" + "1" * 22 + "x")
+    assert longer / max(short, 1e-4) < 10
 
 
 def _cpu(text: str) -> float:

@@ -477,10 +477,12 @@ _NOT_BEFORE = frozenset(_NOT_BEFORE_WORDS.split())
 _CODE_WORD = re.compile(
     r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_.-]+|[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+"
 )
+# Each part of a name has one way to match (digits end the word before them; a capital run
+# ends where a capitalised word starts), so the match is linear: no split is ever retried.
 _CODE_NAME = re.compile(
     r"_*[a-z]+[0-9]*(?:_[a-z]+[0-9]*)+"
-    r"|(?:[a-z]{2,}|[A-Z][a-z]+|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]))(?:[A-Z][a-z]+|[0-9]{1,5}"
-    r"|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]|$))+|[A-Z][A-Z0-9]{0,9}"
+    r"|(?:[a-z]{2,}[0-9]*|[A-Z][a-z]+[0-9]*|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]))"
+    r"(?:[A-Z][a-z]+[0-9]*|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]|$))+|[A-Z][A-Z0-9]{0,9}"
 )
 _CODE_SEPARATORS = re.compile(r"[:/]")
 _PASSWORD_PARTS = frozenset(("password", "passwords", "passwd", "pwd", "pass", "passphrase"))
