@@ -498,11 +498,13 @@ def _is_code(value: str, password: bool = False) -> bool:
 
 
 _AUTH_SCHEMES = frozenset(("bearer", "token", "basic", "apikey", "api-key", "digest"))
-_KEYWORDS: dict[str, list[KeywordRule]] = {}
+# Provider keywords by their first three letters, separators dropped (`message_bird` is
+# `messagebird`): a name's parts are looked up, never the text searched for 100 words.
+_KEYWORDS: dict[str, list[tuple[str, KeywordRule]]] = {}
 for _rule in KEYWORD_RULES:
     for _word in _rule.keywords:
-        _KEYWORDS.setdefault(_word, []).append(_rule)
-_KEYWORD_SEARCH = re.compile("|".join(sorted(map(re.escape, _KEYWORDS), key=len, reverse=True)))
+        _plain = _word.replace("_", "").replace("-", "")
+        _KEYWORDS.setdefault(_plain[:3], []).append((_plain, _rule))
 
 
 def _name_before(text: str, op: int) -> tuple[str, str] | None:
@@ -515,33 +517,31 @@ def _name_before(text: str, op: int) -> tuple[str, str] | None:
     return m.group(1)[::-1], before[::-1] if before else ""
 
 
-def _starts_a_part(name: str, at: int) -> bool:
-    """Whether `name[at:]` starts a part of the name: after a separator, at a camelCase
-    capital, or at the start (`rookTable` has no `okta` in it, `SetSysctl` no `etsy`)."""
-    if at == 0 or not name[at - 1].isalnum():
-        return True
-    return name[at].isupper() and not name[at - 1].isupper()
+def _name_parts(name: str) -> list[str]:
+    """`asanaToken` -> [asana, token]; `BUNDLE_GEMS__CONTRIBSYS__COM` -> [bundle, gems, ...];
+    `ETSYToken` -> [etsy, token]. A keyword inside a word (`rookTable`) is no part."""
+    return [p.lower() for p in _NAME_PARTS.findall(name)]
 
 
-def _provider_rule(name: str, before: str, value: str) -> KeywordRule | None:
-    for region in (name, before):
-        if not region:
-            continue
-        lower = region.lower()
-        for m in _KEYWORD_SEARCH.finditer(lower):
-            if not _starts_a_part(region, m.start()):
-                continue
-            for rule in _KEYWORDS[m.group()]:
-                if rule.value.fullmatch(value):
+def _provider_rule(parts: list[str], value: str) -> KeywordRule | None:
+    """The rule of a provider named by the parts (a part that starts with its keyword, or two
+    or three parts that spell it) whose value shape `value` has."""
+    for i, part in enumerate(parts):
+        spelled = part
+        for j in range(i, min(i + 3, len(parts))):
+            if j > i:
+                spelled += parts[j]
+            for keyword, rule in _KEYWORDS.get(spelled[:3], ()):
+                named = spelled == keyword or (j == i and part.startswith(keyword))
+                if named and rule.value.fullmatch(value):
                     return rule
     return None
 
 
-def _credential_name(name: str) -> tuple[str, bool]:
+def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
     """(`""` if `name` does not name a credential; `"part"` if a credential word is a part of
     it after a separator or at its start; `"camel"` if only camelCase sets it apart (weaker:
     `nonMatchingToken` in a test is not always a credential), whether it names a password)."""
-    parts = [p.lower() for p in _NAME_PARTS.findall(name)]
     for i, part in enumerate(parts):
         if part not in _CREDENTIAL_PARTS:
             continue
@@ -572,8 +572,8 @@ def _assignments(text: str, out: list[Finding]) -> None:
             if equals != -1 and text[equals:end].strip("=") and equals > start:
                 end = equals
         reach = end
-        if end - start > 300:
-            continue  # a blob, not a value: the token detectors judge it
+        if end - start > 300 or text.find("://", start, min(end, start + 16)) != -1:
+            continue  # a blob or an URL, not a value: the token and URL detectors judge them
         names = _name_before(text, op.start())
         if names is None:
             continue
@@ -595,7 +595,10 @@ def _assignments(text: str, out: list[Finding]) -> None:
             reach = end
             value = text[start:end].rstrip(".,:;!?")
         end = start + len(value)
-        rule = _provider_rule(name, before, value)
+        parts = _name_parts(name)
+        rule = _provider_rule(parts, value) or (
+            _provider_rule(_name_parts(before), value) if before else None
+        )
         if rule is not None:
             if not is_placeholder(value):
                 out.append(_secret(rule.id, text, start, end))
@@ -604,7 +607,7 @@ def _assignments(text: str, out: list[Finding]) -> None:
             continue  # a call, an index or a URL: code or an address, not a credential
         if before and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE:
             continue  # `Next page token: …`
-        strength, password = _credential_name(name)
+        strength, password = _credential_name(name, parts)
         if strength and _secret_like(value, strength == "camel", password):
             out.append(_secret("secret.assignment", text, start, end))
 
@@ -654,7 +657,7 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
     for fmt in LITERAL_FORMATS:
         if fmt.anchor in text:
             out.extend(_secret(fmt.id, text, *m.span()) for m in fmt.pattern.finditer(text))
-    if "facebook" in v.lower:
+    if "acebook" in text or "ACEBOOK" in text:
         out.extend(
             _secret("secret.facebook_secret", text, m.start(), m.end())
             for m in _FB_APP_TOKEN.finditer(text)
