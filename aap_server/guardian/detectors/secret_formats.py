@@ -34,20 +34,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import math
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
-
-import msgspec
 
 from aap_server.guardian.detectors._spans import StaticSpans
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.base import Finding
-from aap_server.guardian.detectors.checksums import bech32_valid, crc32_base62_valid
+from aap_server.guardian.detectors.secret_catalog import (
+    FORMATS,
+    KEYWORD_IDS,
+    KEYWORD_RULES,
+    LITERAL_FORMATS,
+    KeywordRule,
+    SecretFormat,
+)
+
+__all__ = ["FORMATS", "OTHER_IDS", "SECRET_IDS", "SecretFormat", "scan_secrets_views"]
 
 
 def _secret(detector: str, text: str, start: int, end: int) -> Finding:
@@ -56,155 +60,6 @@ def _secret(detector: str, text: str, start: int, end: int) -> Finding:
     )
 
 
-def _jwt_header_ok(match: re.Match[str]) -> bool:
-    header = match.group().split(".", 1)[0]
-    try:
-        decoded = msgspec.json.decode(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
-    except (ValueError, msgspec.DecodeError):
-        return False
-    return isinstance(decoded, dict) and isinstance(decoded.get("alg"), str)
-
-
-@dataclass(frozen=True, slots=True)
-class SecretFormat:
-    """One provider format. `heads` are its literal prefixes; `anchor` (for formats without a
-    prefix) is a substring that must occur in the token; `lead` is context that must end right
-    before the match and becomes part of the finding."""
-
-    id: str
-    pattern: re.Pattern[str]
-    heads: tuple[str, ...] = ()
-    anchor: str = ""
-    check: Callable[[re.Match[str]], bool] | None = None
-    lead: re.Pattern[str] | None = None
-    description: str = ""
-
-
-_END = r"(?![A-Za-z0-9_-])"
-_END_ALNUM = r"(?![A-Za-z0-9])"
-
-
-def _fmt(
-    id: str,
-    pattern: str,
-    heads: tuple[str, ...] = (),
-    *,
-    anchor: str = "",
-    check: Callable[[re.Match[str]], bool] | None = None,
-    lead: str | None = None,
-    description: str = "",
-) -> SecretFormat:
-    return SecretFormat(
-        id=f"secret.{id}",
-        pattern=re.compile(pattern),
-        heads=heads,
-        anchor=anchor,
-        check=check,
-        lead=re.compile(lead) if lead else None,
-        description=description,
-    )
-
-
-FORMATS: tuple[SecretFormat, ...] = (
-    _fmt("aws_access_key", r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _END_ALNUM,
-         ("AKIA", "ASIA", "ABIA", "ACCA"), description="AWS access key id"),
-    _fmt("github_token", r"gh[pousr]_([A-Za-z0-9]{36})" + _END,
-         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-         check=lambda m: crc32_base62_valid(m.group(1)),
-         description="GitHub classic/OAuth/app tokens, CRC32 checked"),
-    _fmt("github_fine_grained_pat", r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}" + _END,
-         ("github_pat_",), description="GitHub fine-grained personal access token"),
-    _fmt("gitlab_token",
-         r"gl(?:pat|dt|rt|ptt|ft|soat|cbt|imt|agent|oas)-[A-Za-z0-9_-]{20,}"
-         r"(?:\.[A-Za-z0-9_-]+)*" + _END,
-         ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "glimt-",
-          "glagent-", "gloas-"), description="GitLab personal/deploy/runner/... tokens"),
-    _fmt("slack_token", r"(?:xox[abeoprs]|xoxe\.xox[bp]|xapp)-[A-Za-z0-9-]{10,}" + _END,
-         ("xoxa-", "xoxb-", "xoxe", "xoxo-", "xoxp-", "xoxr-", "xoxs-", "xapp-"),
-         description="Slack bot/user/app/refresh tokens"),
-    _fmt("stripe_secret_key", r"[rs]k_(?:live|test)_[0-9A-Za-z]{24,247}" + _END_ALNUM,
-         ("sk_live_", "sk_test_", "rk_live_", "rk_test_"),
-         description="Stripe secret and restricted keys"),
-    _fmt("stripe_webhook_secret", r"whsec_[A-Za-z0-9+/]{32,}={0,2}" + _END_ALNUM,
-         ("whsec_",), description="Stripe webhook signing secret"),
-    _fmt("anthropic_api_key", r"sk-ant-(?:api|admin|oat|ort)\d{2}-[A-Za-z0-9_-]{80,120}" + _END,
-         ("sk-ant-",), description="Anthropic API/admin keys"),
-    _fmt("openai_api_key", r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}" + _END,
-         ("sk-",), check=lambda m: "T3BlbkFJ" in m.group(),
-         description="OpenAI keys (legacy and project), the T3BlbkFJ marker checked"),
-    _fmt("google_api_key", r"AIza[0-9A-Za-z_-]{35}" + _END, ("AIza",),
-         description="Google API key"),
-    _fmt("google_oauth_client_secret", r"GOCSPX-[A-Za-z0-9_-]{28}" + _END, ("GOCSPX-",),
-         description="Google OAuth client secret"),
-    _fmt("npm_token", r"npm_([A-Za-z0-9]{36})" + _END_ALNUM, ("npm_",),
-         check=lambda m: crc32_base62_valid(m.group(1)),
-         description="npm access token, CRC32 checked"),
-    _fmt("pypi_token",
-         r"pypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZ)[A-Za-z0-9_-]{40,}" + _END,
-         ("pypi-",), description="PyPI API token (macaroon issued by pypi.org)"),
-    _fmt("huggingface_token", r"(?:hf_|api_org_)[A-Za-z]{34}" + _END_ALNUM,
-         ("hf_", "api_org_"), description="Hugging Face user/org token"),
-    _fmt("sendgrid_api_key", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _END, ("SG.",),
-         description="SendGrid API key"),
-    _fmt("twilio_api_key", r"SK[0-9a-f]{32}" + _END_ALNUM, ("SK",),
-         description="Twilio API key sid (SK + 32 hex)"),
-    _fmt("mailgun_api_key", r"key-[0-9a-f]{32}" + _END_ALNUM, ("key-",),
-         description="Mailgun API key"),
-    _fmt("mailchimp_api_key", r"(?<![A-Za-z0-9])[0-9a-f]{32}-us\d{1,2}" + _END_ALNUM,
-         anchor="-us", description="Mailchimp API key"),
-    _fmt("shopify_token", r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _END_ALNUM,
-         ("shpat_", "shpca_", "shppa_", "shpss_"), description="Shopify access tokens"),
-    _fmt("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}" + _END_ALNUM,
-         ("doo_v1_", "dop_v1_", "dor_v1_"), description="DigitalOcean tokens"),
-    _fmt("square_token", r"(?:EAAA[A-Za-z0-9_-]{60}|sq0(?:atp|csp)-[A-Za-z0-9_-]{22,43})" + _END,
-         ("EAAA", "sq0atp-", "sq0csp-"), description="Square access token / OAuth secret"),
-    _fmt("azure_ad_client_secret",
-         r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])",
-         anchor="Q~", description="Microsoft Entra ID (Azure AD) client secret"),
-    _fmt("jwt", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*" + _END,
-         ("eyJ",), check=_jwt_header_ok, description="JSON Web Token (header checked)"),
-    _fmt("telegram_bot_token", r"AA[A-Za-z0-9_-]{33}" + _END, ("AA",),
-         lead=r"(?<![0-9])\d{8,10}:\Z", description="Telegram bot token"),
-    _fmt("databricks_token", r"dapi[a-f0-9]{32}(?:-\d)?" + _END_ALNUM, ("dapi",),
-         description="Databricks personal access token"),
-    _fmt("doppler_token", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}" + _END_ALNUM,
-         ("dp.",), description="Doppler tokens"),
-    _fmt("pulumi_token", r"pul-[a-f0-9]{40}" + _END_ALNUM, ("pul-",),
-         description="Pulumi access token"),
-    _fmt("age_secret_key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}" + _END_ALNUM,
-         ("AGE-SECRET-KEY-1",), check=lambda m: bech32_valid(m.group()),
-         description="age encryption secret key, bech32 checked"),
-    _fmt("vault_token", r"hv[sb]\.[A-Za-z0-9_-]{24,}" + _END, ("hvs.", "hvb."),
-         description="HashiCorp Vault service/batch token"),
-    _fmt("postman_api_key", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _END_ALNUM, ("PMAK-",),
-         description="Postman API key"),
-    _fmt("newrelic_api_key", r"NRAK-[A-Z0-9]{27}" + _END_ALNUM, ("NRAK-",),
-         description="New Relic user API key"),
-    _fmt("sentry_token", r"(?:sntrys_eyJ[A-Za-z0-9+/=_-]{50,}|sntryu_[a-f0-9]{64})" + _END_ALNUM,
-         ("sntrys_", "sntryu_"), description="Sentry org/user auth token"),
-    _fmt("groq_api_key", r"gsk_[A-Za-z0-9]{52}" + _END_ALNUM, ("gsk_",),
-         description="Groq API key"),
-    _fmt("replicate_api_token", r"r8_[A-Za-z0-9]{37}" + _END_ALNUM, ("r8_",),
-         description="Replicate API token"),
-    _fmt("linear_api_key", r"lin_api_[A-Za-z0-9]{40}" + _END_ALNUM, ("lin_api_",),
-         description="Linear API key"),
-    _fmt("grafana_token",
-         r"(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,2})" + _END_ALNUM,
-         ("glsa_", "glc_"), description="Grafana service account / cloud token"),
-    _fmt("mapbox_secret_token", r"sk\.eyJ[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}" + _END,
-         ("sk.eyJ",), description="Mapbox secret token"),
-    _fmt("atlassian_api_token", r"ATATT3[A-Za-z0-9_=-]{100,}" + _END_ALNUM, ("ATATT3",),
-         description="Atlassian API token"),
-    _fmt("notion_token", r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{46})" + _END_ALNUM,
-         ("secret_", "ntn_"), description="Notion integration token"),
-    _fmt("airtable_pat", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}" + _END_ALNUM, ("pat",),
-         description="Airtable personal access token"),
-    _fmt("dropbox_token", r"sl\.(?:u\.)?[A-Za-z0-9_-]{130,}" + _END, ("sl.",),
-         description="Dropbox short-lived access token"),
-    _fmt("terraform_cloud_token", r"(?<![A-Za-z0-9])[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,}",
-         anchor=".atlasv1.", description="Terraform Cloud / HCP Terraform token"),
-)  # fmt: skip
-
 # Detected outside the token index (URLs, key blocks) or by context.
 OTHER_IDS: dict[str, str] = {
     "secret.private_key": "PEM/OpenSSH/PGP private key block",
@@ -212,6 +67,7 @@ OTHER_IDS: dict[str, str] = {
     "secret.url_password": "any other URL with a password in its userinfo",
     "secret.slack_webhook": "Slack incoming-webhook URL",
     "secret.discord_webhook": "Discord webhook URL",
+    "secret.microsoft_teams_webhook": "Microsoft Teams incoming-webhook URL",
     "secret.aws_secret_key": "AWS secret access key (40 base64 characters after its name)",
     "secret.azure_storage_key": "Azure storage account key (AccountKey=...)",
     "secret.http_basic_auth": "HTTP Basic credentials (base64 user:password after `Basic`)",
@@ -219,8 +75,13 @@ OTHER_IDS: dict[str, str] = {
     "secret.assignment": "value of a key, token, secret or password named as such (assignments,"
     " headers, .npmrc/.pypirc lines)",
     "secret.entropy": "high-entropy fallback",
+    **{id: d for id, d in KEYWORD_IDS.items() if id not in {f.id for f in FORMATS}},
 }
-SECRET_IDS: tuple[str, ...] = tuple(f.id for f in FORMATS) + tuple(OTHER_IDS)
+SECRET_IDS: tuple[str, ...] = tuple(dict.fromkeys([*(f.id for f in FORMATS), *OTHER_IDS]))
+for _f in LITERAL_FORMATS:
+    if _f.id not in SECRET_IDS:
+        SECRET_IDS += (_f.id,)
+        OTHER_IDS[_f.id] = _f.description
 
 _BY_HEAD: dict[str, list[SecretFormat]] = {}
 for _f in FORMATS:
@@ -228,9 +89,12 @@ for _f in FORMATS:
         if _f not in _BY_HEAD.setdefault(_head[:2], []):
             _BY_HEAD[_head[:2]].append(_f)
 _ANCHORED = tuple(f for f in FORMATS if f.anchor)
+_PREFIXED = frozenset(f.id for f in FORMATS)
 
 
-def _match_formats(text: str, start: int, end: int, out: list[Finding]) -> None:
+def _match_formats(
+    text: str, start: int, end: int, out: list[Finding], dropped: list[Finding]
+) -> None:
     """Formats at the start of the token and after each `/`, `.` or `=` inside it."""
     token = text[start:end]
     if token.startswith("//"):
@@ -242,7 +106,7 @@ def _match_formats(text: str, start: int, end: int, out: list[Finding]) -> None:
     pos = start
     for segment in segments:
         if segment[:2] in _BY_HEAD:
-            _match_at(text, pos, out)
+            _match_at(text, pos, out, dropped)
         pos += len(segment) + 1
     for fmt in _ANCHORED:
         if fmt.anchor in token:
@@ -250,12 +114,20 @@ def _match_formats(text: str, start: int, end: int, out: list[Finding]) -> None:
                 out.append(_secret(fmt.id, text, m.start(), m.end()))
 
 
-def _match_at(text: str, pos: int, out: list[Finding]) -> None:
+def _match_at(text: str, pos: int, out: list[Finding], dropped: list[Finding]) -> None:
     for fmt in _BY_HEAD[text[pos : pos + 2]]:
         if not text.startswith(fmt.heads, pos):
             continue
         m = fmt.pattern.match(text, pos)
-        if m is None or (fmt.check is not None and not fmt.check(m)):
+        if m is None:
+            continue
+        if fmt.check is not None and not fmt.check(m):
+            # A wrong checksum: a typo or a fake still reads as a credential; a body that
+            # decodes to something else is not one (see the catalog's `on_fail`).
+            if fmt.on_fail == "entropy":
+                out.append(_secret("secret.entropy", text, m.start(), m.end()))
+            elif fmt.on_fail == "drop":
+                dropped.append(_secret(fmt.id, text, m.start(), m.end()))
             continue
         hit_start = pos
         if fmt.lead is not None:
@@ -407,6 +279,31 @@ _SLACK_WEBHOOK = re.compile(
 _DISCORD_WEBHOOK = re.compile(
     r"(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/webhooks/\d{15,21}/[A-Za-z0-9_-]{50,}"
 )
+_TEAMS_WEBHOOK = re.compile(
+    r"[A-Za-z0-9-]{1,63}\.webhook\.office\.com/webhookb2/[A-Za-z0-9-]{36}@[A-Za-z0-9-]{36}"
+    r"/IncomingWebhook/[A-Za-z0-9]{32}/[A-Za-z0-9-]{36}(?:/[A-Za-z0-9_-]{20,})?"
+)
+
+
+def _hook_id(text: str, host: int) -> str:
+    if text.startswith("hooks.", host):
+        return "secret.slack_webhook"
+    if text.startswith(("discord", "ptb.discord", "canary.discord"), host):
+        return "secret.discord_webhook"
+    return "secret.microsoft_teams_webhook"
+
+
+def _bare_slack_hooks(text: str, out: list[Finding]) -> None:
+    """`hooks.slack.com/services/…` written without a scheme (the URL scan needs `://`)."""
+    pos = text.find("hooks.slack.com/")
+    while pos != -1:
+        if not text.startswith("://", pos - 3):
+            hook = _SLACK_WEBHOOK.match(text, pos)
+            if hook is not None:
+                out.append(_secret("secret.slack_webhook", text, pos, hook.end()))
+        pos = text.find("hooks.slack.com/", pos + 16)
+
+
 _DB_SCHEMES_WORDS = (
     "postgres postgresql mysql mariadb mongodb redis rediss amqp amqps mssql sqlserver "
     "oracle cockroachdb clickhouse couchdb cassandra neo4j bolt memcached db2 snowflake"
@@ -438,6 +335,8 @@ def _urls(text: str, out: list[Finding]) -> None:
         hook = None
         if text.startswith(_HOOK_HOSTS, after):
             hook = _SLACK_WEBHOOK.match(text, after) or _DISCORD_WEBHOOK.match(text, after)
+        elif ".webhook.office.com/" in text[after : after + 80]:
+            hook = _TEAMS_WEBHOOK.match(text, after)
         cred = None
         if hook is None:
             at = text.find("@", after, after + 512)
@@ -447,8 +346,7 @@ def _urls(text: str, out: list[Finding]) -> None:
             scheme = _SCHEME_TAIL.search(text, max(0, pos - 31), pos)
             start = scheme.start() if scheme else pos
             if hook is not None:
-                kind = "slack" if text.startswith("hooks.", after) else "discord"
-                out.append(_secret(f"secret.{kind}_webhook", text, start, hook.end()))
+                out.append(_secret(_hook_id(text, after), text, start, hook.end()))
             elif (
                 cred is not None
                 and scheme is not None
@@ -472,6 +370,7 @@ _KEY_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 _KEY_BODY = re.compile(r"(?:[A-Za-z0-9+/=:,\-\s]|\\n)*")
 # The longest key block looked for (an 8192-bit RSA key in PEM is about 6.5 KB).
 _MAX_KEY_BLOCK = 20_000
+_MIN_KEY_BODY = 64
 
 
 def _private_keys(text: str, out: list[Finding]) -> None:
@@ -488,73 +387,253 @@ def _private_keys(text: str, out: list[Finding]) -> None:
         limit = min(limit, len(text))
         i = bisect_left(ends_at, begin.end())
         if i < len(ends) and ends[i][1] <= limit:
-            end = ends[i][1]
+            body_end, end = ends[i]
         else:
             body = _KEY_BODY.match(text, begin.end(), limit)
             end = (
                 begin.end() + len(text[begin.end() : body.end()].rstrip()) if body else begin.end()
             )
-        out.append(_secret("secret.private_key", text, begin.start(), end))
+            body_end = end
+        # The smallest real key (an Ed25519 key in PEM) has 64 base64 characters; a shorter
+        # body is documentation (`-----BEGIN PRIVATE KEY-----\n...\n-----END …`).
+        if len("".join(text[begin.end() : body_end].split())) >= _MIN_KEY_BODY:
+            out.append(_secret("secret.private_key", text, begin.start(), end))
 
 
 # --- placeholders and keyword-anchored secrets ---------------------------------------------
 
 _ASCENDING = "abcdefghijklmnopqrstuvwxyz"
+# Every run of 6 (and of 8) consecutive letters or digits, looked for with `in` (C speed).
+_RUNS = {
+    n: tuple(seq[i : i + n] for seq in (_ASCENDING, "0123456789") for i in range(len(seq) - n + 1))
+    for n in (6, 8)
+}
 _PLACEHOLDER_WORDS = ("example", "xxxx", "placeholder", "your", "here", "dummy", "sample",
-                      "redacted", "changeme", "0000", "1234567", "****", "<", "{", "$")  # fmt: skip
+                      "redacted", "changeme", "0000", "1234567", "****", "<", "{",
+                      "...")  # fmt: skip
 
 
-def is_placeholder(value: str) -> bool:
+def is_placeholder(value: str, run_limit: int = 6) -> bool:
     """A documentation value, not a credential: few distinct characters, a placeholder word,
-    or a run of 6 consecutive letters or digits (`abcdef`, `klmnop`, `123456`), which a random
-    token of any length practically never has."""
+    or a run of `run_limit` consecutive letters or digits (`abcdef`, `klmnop`, `123456`), which
+    a random token of any length practically never has. A token with its provider's prefix is
+    stronger evidence: for those the run must be 8 long (`12345678`) to count."""
     lower = value.lower()
     body = lower.rstrip("=")
-    if len(set(body)) <= max(3, len(body) // 8):
+    # (Capped: a long hex or base64 token has at most 16 or 64 distinct characters.)
+    if len(set(body)) <= max(3, min(len(body) // 8, 8)):
         return True
-    if any(word in lower for word in _PLACEHOLDER_WORDS):
-        return True
-    run = 1
-    for a, b in itertools.pairwise(body):
-        run = run + 1 if ord(b) == ord(a) + 1 and (a.isalnum() and b.isalnum()) else 1
-        if run >= 6:
-            return True
-    return False
+    if lower.startswith("$") or any(word in lower for word in _PLACEHOLDER_WORDS):
+        return True  # (`$NAME` is a reference; a `$` inside is a separator: Braintree)
+    return any(run in body for run in _RUNS[run_limit])
 
 
-# A name that says "this is a credential", then `=`, `:` or a header colon, then the value.
-_ASSIGNMENT = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9_.-]{0,30}[_.-])?(?:api[_.-]?key|apikey|api[_.-]?token"
-    r"|access[_. -]?token|auth[_.-]?token|_authtoken|secret[_. -]?key|client[_.-]?secret|secret"
-    r"|password|passwd|pwd|private[_.-]?key|access[_. -]?key(?:[_.-]?id)?|token|credentials?"
-    r"|x-api-key|api-secret|signing[_.-]?key|encryption[_.-]?key|webhook[_.-]?secret)"
-    r"[A-Za-z0-9_]{0,12}[\"']?\s*(?::=|=>|[:=])\s*[\"'`]?"
-    r"(?P<value>[A-Za-z0-9+/_.~!@#%^&*()\[\]-]{8,200})(?=[\"'`]|\s|[,;]|$)",
-    re.MULTILINE,
+# --- assignments: a value under a name that says what it is -------------------------------
+#
+# Found operator first: `=`, `:`, `:=`, `=>` followed by a value of 8+ value characters is
+# found at C speed (the pattern starts with a literal class), and only there is the name to
+# the left read (a bounded look-back). The name decides: a provider's name (`asanaToken`,
+# `SUMO_ACCESS_KEY`) with a value of that provider's structure is `secret.<provider>`; a
+# credential word (`api_key`, `X-Auth-Token`, `password`, `_authToken`) with a value that is
+# not a word, a reference or a placeholder is `secret.assignment`.
+
+_VALUE_CHARS = r"A-Za-z0-9+/=_.~!@#$%^&*:|?-"
+_ASSIGN_OP = re.compile(
+    r"[:=][=>]?[ \t]{0,6}[\"'`]?(?=[" + _VALUE_CHARS + r"]{8}|(?i:bearer|token|basic|digest) )"
 )
-_ASSIGNMENT_HINTS = ("key", "token", "secret", "password", "passwd", "pwd", "credential")
+_VALUE = re.compile(r"[" + _VALUE_CHARS + r"]{5,301}")
+_NAME_WINDOW = 96
+# The name, read backwards from the operator: its last identifier, and one word before it
+# (`facebook access_token`, `String ETSYToken`), past closing quotes and brackets.
+_REVERSED_NAME = re.compile(r"[\"'\]]{0,3}[ \t]{0,6}([\w.-]{1,60})(?:[ \t]{1,4}([\w.-]{1,30}))?")
+_NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_CREDENTIAL_WORDS = (
+    "key keys token tokens secret secrets password passwords passwd pwd pass passphrase auth"
+    " credential credentials creds apikey apitoken authtoken accesstoken accesskey secretkey"
+    " privatekey clientsecret authorization"
+)
+_CREDENTIAL_PARTS = frozenset(_CREDENTIAL_WORDS.split())
+# Parts that turn a credential word into something else: `token_count`, `key_id`,
+# `nextPageToken`, `public_key`, `sort_key`, `password_min_length`.
+_NOT_AFTER_WORDS = (
+    "id ids name names type types count length len size file files path dir url uri endpoint"
+    " expiry expires expiration expire ttl prefix format field fields header param params env"
+    " var label ref version index idx limit max min mode policy rotation time timeout hint"
+    " provider source store storage location region alias algorithm algo hash digest usage"
+    " enabled required prompt placeholder pattern regex"
+)
+_NOT_AFTER = frozenset(_NOT_AFTER_WORDS.split())
+_NOT_BEFORE_WORDS = (
+    "public pub page next prev previous cursor continuation pagination sync csrf xsrf primary"
+    " foreign sort partition cache idempotency hash range unique composite row lookup dedup"
+    " dedupe map dict object registry event message translation i18n hot short"
+)
+_NOT_BEFORE = frozenset(_NOT_BEFORE_WORDS.split())
+# Values that are code, not data: a word or constant (`ACCESS_TOKEN`), a snake_case,
+# camelCase or PascalCase name (`imdsv2_session_token`, `PKCS12PrivateKeyTypes`), a dotted
+# path (`os.environ.get`), or a `:`/`/`-list of such (`KEY:USER_ID:ORG_ID`, `PEM/OpenSSH`).
+# A password is chosen by a person and may read like a name (`Summer2024`): under a password's
+# name only words, constants and dotted paths count as code.
+_CODE_WORD = re.compile(
+    r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Za-z_.-]+|[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+"
+)
+# Each part of a name has one way to match (digits end the word before them; a capital run
+# ends where a capitalised word starts), so the match is linear: no split is ever retried.
+_CODE_NAME = re.compile(
+    r"_*[a-z]+[0-9]*(?:_[a-z]+[0-9]*)+"
+    r"|(?:[a-z]{2,}[0-9]*|[A-Z][a-z]+[0-9]*|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]))"
+    r"(?:[A-Z][a-z]+[0-9]*|[A-Z]{2,}[0-9]*(?=[A-Z][a-z]|$))+|[A-Z][A-Z0-9]{0,9}"
+)
+_CODE_SEPARATORS = re.compile(r"[:/]")
+_PASSWORD_PARTS = frozenset(("password", "passwords", "passwd", "pwd", "pass", "passphrase"))
 
 
-def _assignments(text: str, lower: str, out: list[Finding]) -> None:
-    if not any(hint in lower for hint in _ASSIGNMENT_HINTS):
-        return
-    for m in _ASSIGNMENT.finditer(text):
-        value = m.group("value")
-        if is_placeholder(value) or not _secret_like(value):
+def _is_code(value: str, password: bool = False) -> bool:
+    parts = [p for p in _CODE_SEPARATORS.split(value) if p]
+    return bool(parts) and all(
+        (_CODE_WORD.fullmatch(p) or (not password and _CODE_NAME.fullmatch(p)))
+        and not any(looks_random(q) for q in p.split("."))
+        for p in parts
+    )
+
+
+_AUTH_SCHEMES = frozenset(("bearer", "token", "basic", "apikey", "api-key", "digest"))
+# Provider keywords by their first three letters, separators dropped (`message_bird` is
+# `messagebird`): a name's parts are looked up, never the text searched for 100 words.
+_KEYWORDS: dict[str, list[tuple[str, KeywordRule]]] = {}
+for _rule in KEYWORD_RULES:
+    for _word in _rule.keywords:
+        _plain = _word.replace("_", "").replace("-", "")
+        _KEYWORDS.setdefault(_plain[:3], []).append((_plain, _rule))
+
+
+def _name_before(text: str, op: int) -> tuple[str, str] | None:
+    """The identifier right before the operator at `op`, and the word before that."""
+    window = text[max(0, op - _NAME_WINDOW) : op][::-1]
+    m = _REVERSED_NAME.match(window)
+    if m is None:
+        return None
+    before = m.group(2)
+    return m.group(1)[::-1], before[::-1] if before else ""
+
+
+def _name_parts(name: str) -> list[str]:
+    """`asanaToken` -> [asana, token]; `BUNDLE_GEMS__CONTRIBSYS__COM` -> [bundle, gems, ...];
+    `ETSYToken` -> [etsy, token]. A keyword inside a word (`rookTable`) is no part."""
+    return [p.lower() for p in _NAME_PARTS.findall(name)]
+
+
+def _provider_rule(parts: list[str], value: str) -> KeywordRule | None:
+    """The rule of a provider named by the parts (a part that starts with its keyword, or two
+    or three parts that spell it) whose value shape `value` has."""
+    for i, part in enumerate(parts):
+        spelled = part
+        for j in range(i, min(i + 3, len(parts))):
+            if j > i:
+                spelled += parts[j]
+            for keyword, rule in _KEYWORDS.get(spelled[:3], ()):
+                named = spelled == keyword or (j == i and part.startswith(keyword))
+                if named and rule.value.fullmatch(value):
+                    return rule
+    return None
+
+
+def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
+    """(`""` if `name` does not name a credential; `"part"` if a credential word is a part of
+    it after a separator or at its start; `"camel"` if only camelCase sets it apart (weaker:
+    `nonMatchingToken` in a test is not always a credential), whether it names a password)."""
+    for i, part in enumerate(parts):
+        if part not in _CREDENTIAL_PARTS:
             continue
-        out.append(_secret("secret.assignment", text, m.start("value"), m.end("value")))
+        if any(p in _NOT_AFTER for p in parts[i + 1 :]) or any(p in _NOT_BEFORE for p in parts[:i]):
+            return "", False
+        separated = "_" in name or "-" in name or "." in name or len(parts) == 1
+        password = any(p in _PASSWORD_PARTS for p in parts)
+        return ("part" if separated or name.isupper() else "camel"), password
+    return "", False
 
 
-def _secret_like(value: str) -> bool:
-    """A value worth hiding: mixes letters and digits (or symbols), is not a word, a number, a
-    boolean, a path or a variable reference."""
-    if value.isalpha() or value.isdigit() or value.lower() in ("true", "false", "null", "none"):
+def _assignments(text: str, out: list[Finding]) -> None:
+    if "=" not in text and ":" not in text:
+        return
+    reach = 0
+    for op in _ASSIGN_OP.finditer(text):
+        start = op.end()
+        if start < reach:
+            continue  # inside the previous value (`a=b=c`, `x:y:z`)
+        value_match = _VALUE.match(text, start)
+        if value_match is None:
+            continue
+        end = value_match.end()
+        if op.group() == ":" or op.group().endswith((": ", ":\t")):
+            # `//registry.npmjs.org/:_authToken=…`: after a colon, `name=value` is an
+            # assignment of its own; read it from its `=`.
+            equals = text.find("=", start, end)
+            if equals != -1 and text[equals:end].strip("=") and equals > start:
+                end = equals
+        reach = end
+        if end - start > 300 or text.find("://", start, min(end, start + 16)) != -1:
+            continue  # a blob or an URL, not a value: the token and URL detectors judge them
+        names = _name_before(text, op.start())
+        if names is None:
+            continue
+        name, before = names
+        raw = text[start:end]
+        if ".." in raw:
+            continue  # elided (`ops_eyJzaW..[Redacted]`, `sk-abc...`): not a usable value
+        value = raw.rstrip(".,:;!?")
+        if len(value) < 8 and not (
+            value.lower() in _AUTH_SCHEMES and end < len(text) and text[end] == " "
+        ):
+            continue
+        if value.lower() in _AUTH_SCHEMES and end < len(text) and text[end] == " ":
+            # `Authorization: Bearer <token>`: the value is the word after the scheme.
+            following = _VALUE.match(text, end + 1)
+            if following is None:
+                continue
+            start, end = following.start(), following.end()
+            reach = end
+            value = text[start:end].rstrip(".,:;!?")
+        end = start + len(value)
+        parts = _name_parts(name)
+        rule = _provider_rule(parts, value) or (
+            _provider_rule(_name_parts(before), value) if before else None
+        )
+        if rule is not None:
+            if not is_placeholder(value):
+                out.append(_secret(rule.id, text, start, end))
+            continue
+        if (end < len(text) and text[end] in "([") or "://" in value:
+            continue  # a call, an index or a URL: code or an address, not a credential
+        if before and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE:
+            continue  # `Next page token: …`
+        strength, password = _credential_name(name, parts)
+        if strength and _secret_like(value, strength == "camel", password):
+            out.append(_secret("secret.assignment", text, start, end))
+
+
+def _secret_like(value: str, strict: bool = False, password: bool = False) -> bool:
+    """A value worth hiding: not a word or an identifier (`ACCESS_TOKEN`, `my-app`), not a
+    number, a boolean, a path, a reference or a placeholder; mixes kinds of characters with
+    some entropy. `strict` (a camelCase name) also asks for 20+ characters or both cases."""
+    if len(value) < 8 or value.isdigit() or _is_code(value, password):
         return False
-    if value.startswith(("/", "./", "process.env", "os.environ", "env.", "getenv")):
+    if value.lower() in ("true", "false", "null", "none", "undefined"):
+        return False
+    if value.startswith(("/", "./", "~/", "#", "process.env", "os.environ", "env.", "$")):
+        return False
+    if is_placeholder(value):
         return False
     kinds = sum((any(c.isdigit() for c in value), any(c.isalpha() for c in value),
                  any(not c.isalnum() for c in value)))  # fmt: skip
-    return kinds >= 2 and shannon_entropy(value) >= 2.5
+    if kinds < 2 or shannon_entropy(value) < 2.5:
+        return False
+    if strict:
+        return len(value) >= 20 or (not value.islower() and not value.isupper())
+    return True
+
+
+_FB_APP_TOKEN = re.compile(r"(?<![0-9])[0-9]{15,16}[|%][A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])")
 
 
 def scan_secrets_views(v: TextViews) -> list[Finding]:
@@ -563,29 +642,55 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     if ":" in text and "://" in text:
         _urls(text, out)
+    if "hooks.slack.com/" in text:
+        _bare_slack_hooks(text, out)
     if "-" in text and "PRIVATE KEY" in text:
         _private_keys(text, out)
     blocks = StaticSpans((f.start, f.end) for f in out)
     skipped: set[int] = set()
+    dropped: list[Finding] = []
     for index, (start, end) in enumerate(v.tokens):
         if blocks and blocks.overlaps(start, end):
             skipped.add(index)  # inside a URL or key block already reported
         else:
-            _match_formats(text, start, end, out)
-    spans = StaticSpans((f.start, f.end) for f in out)
+            _match_formats(text, start, end, out, dropped)
+    for fmt in LITERAL_FORMATS:
+        if fmt.anchor in text:
+            out.extend(_secret(fmt.id, text, *m.span()) for m in fmt.pattern.finditer(text))
+    if "acebook" in text or "ACEBOOK" in text:
+        out.extend(
+            _secret("secret.facebook_secret", text, m.start(), m.end())
+            for m in _FB_APP_TOKEN.finditer(text)
+        )
+    spans = StaticSpans([*((f.start, f.end) for f in out), *((f.start, f.end) for f in dropped)])
     tokens = v.tokens
     for start, end, index in v.pieces:
         if index in skipped or (spans and spans.overlaps(start, end)):
             continue
-        if text.startswith("//", tokens[index][0]):
+        token_start, token_end = tokens[index]
+        if text.startswith("//", token_start):
             continue  # a URL's host and path: ids in paths are not secrets (queries are apart)
+        if text.startswith("...", token_start) or text.endswith("...", token_start, token_end):
+            continue  # an excerpt (`…6wqX6f…`) is not a usable credential
         _context_or_entropy(v, start, end, out)
-    _assignments(text, v.lower, out)  # last: overlaps with the above are resolved by rank
-    return [f for f in out if f.detector in _WHOLE_BLOCKS or not is_placeholder(f.value)]
+    _assignments(text, out)  # last: overlaps with the above are resolved by rank
+    return [
+        f
+        for f in out
+        if f.detector in _WHOLE_BLOCKS
+        or not is_placeholder(_placeholder_body(f), 8 if f.detector in _PREFIXED else 6)
+    ]
+
+
+def _placeholder_body(finding: Finding) -> str:
+    # A Twitter bearer token opens with 22 `A`s by construction; judge what follows.
+    if finding.detector == "secret.twitter_token" and finding.value.startswith("A" * 22):
+        return finding.value[22:]
+    return finding.value
 
 
 # Findings that span more than a token (a URL, a key block): judged by their own rules.
 _WHOLE_BLOCKS = frozenset(
     ("secret.private_key", "secret.database_url", "secret.url_password", "secret.slack_webhook",
-     "secret.discord_webhook")
+     "secret.discord_webhook", "secret.microsoft_teams_webhook")
 )  # fmt: skip

@@ -316,6 +316,180 @@ def _secrets(b: _Builder, f: Fakes) -> list[str]:
     # A GitHub/npm-shaped token with a wrong checksum is not the provider's (but still random).
     b.add(f"token {f.crc_token_bad_checksum('ghp_')}", "secret.entropy")
     b.add(f"npm {f.crc_token_bad_checksum('npm_')}", "secret.entropy")
+    covered += _provider_secrets(b)
+    return covered
+
+
+LOWER36 = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _provider_secrets(b: _Builder) -> list[str]:
+    """The provider catalog (issue 8): one positive per provider id in its documented shape,
+    inside the line it is usually met in, and the hard benign cases met while building it.
+    A fakes source of its own, so the cases of the other sections stay as they were."""
+    f = Fakes(seed=8)
+    covered: list[str] = []
+
+    def add(text: str, detector: str) -> None:
+        b.add(text, detector)
+        covered.append(detector)
+
+    def low(n: int) -> str:
+        while True:
+            value = f.chars(LOWER36, n)
+            if sum(ch.isdigit() for ch in value) >= 2 and not value.isdigit():
+                return value
+
+    def uuid() -> str:
+        return f"{f.hex(8)}-{f.hex(4)}-{f.hex(4)}-{f.hex(4)}-{f.hex(12)}"
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    # Prefixed formats.
+    add(f"aws_access_key_id = A3T{f.chars('ABCDEFGHIJKLMNOPQRSTUVWXYZ234567', 17)}",
+        "secret.aws_access_key")  # fmt: skip
+    add("AWS_BEARER_TOKEN_BEDROCK=ABSK"
+        + b64(f"BedrockAPIKey-{low(4)}-at-{f.chars('0123456789', 12)}:{f.b64(40)}".encode()),
+        "secret.aws_bedrock_api_key")  # fmt: skip
+    add(f"ALIBABA_CLOUD_ACCESS_KEY_ID=LTAI{f.alnum(20)}", "secret.alibaba_access_key")
+    add(f"origin_ca_key: v1.0-{f.hex(24)}-{f.hex(146)}", "secret.cloudflare_origin_ca_key")
+    add(f"FLY_API_TOKEN=fo1_{f.b64url(43)}", "secret.flyio_token")
+    add(f"HEROKU_API_KEY=HRKU-AA{f.b64url(58)}", "secret.heroku_api_key")
+    add(f"scalingo login --api-token tk-us-{f.b64url(48)}", "secret.scalingo_api_token")
+    add(f"oc login --token=sha256~{f.b64url(43)} --server=https://api.example.com:6443",
+        "secret.openshift_user_token")  # fmt: skip
+    add(f"DT_API_TOKEN=dt0c01.{f.alnum(24)}.{f.alnum(64)}", "secret.dynatrace_api_token")
+    add(f"INFRACOST_API_KEY=ico-{f.alnum(32)}", "secret.infracost_api_token")
+    add(f"octopus: API-{f.chars('ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789', 24)}7Q",
+        "secret.octopus_deploy_api_key")  # fmt: skip
+    add(f"DATABASE_PASSWORD=pscale_pw_{f.b64url(43)}", "secret.planetscale_token")
+    add(f"CLICKHOUSE_SECRET=4b1d{f.alnum(38)}", "secret.clickhouse_cloud_secret")
+    add(f"PREFECT_API_KEY=pnu_{f.alnum(36)}", "secret.prefect_api_token")
+    add(f"x-api-key: pat.{f.b64url(22)}.{f.alnum(24)}.{f.alnum(20)}", "secret.harness_api_key")
+    add(f"nebula: dnkey-{low(26)}-{low(52)}", "secret.defined_networking_api_token")
+    add(f"AUTHRESS_KEY=sc_{low(10)}.{low(4)}.acc_{low(12)}.{f.b64url(80)}",
+        "secret.authress_access_key")  # fmt: skip
+    claims = b'{"signInAddress":"my.1password.com","userAuth":{"method":"SRPg-4096"},"email":"'
+    token = "ops_" + b64(claims + f.alnum(300).encode() + b'"}')
+    add(f"OP_SERVICE_ACCOUNT_TOKEN={token}", "secret.onepassword_token")
+    groups = [f.chars("ABCDEFGHJKLMNPQRSTVWXYZ23456789", n) for n in (6, 11, 5, 5, 5)]
+    add("secret key: A3-" + "-".join(groups), "secret.onepassword_secret_key")
+    add(f"gem push --key rubygems_{f.hex(48)}", "secret.rubygems_api_token")
+    add(f"CLOJARS_DEPLOY_TOKEN=CLOJARS_{low(60)}", "secret.clojars_api_token")
+    add(f"artifactory: AKCp{f.alnum(69)}", "secret.jfrog_token")
+    add(f"README_API_KEY=rdme_{low(70)}", "secret.readme_api_token")
+    add(f"SRC_ACCESS_TOKEN=sgp_{f.hex(16)}_{f.hex(40)}", "secret.sourcegraph_token")
+    add(f"SETTLEMINT_ACCESS_TOKEN=sm_pat_{f.alnum(16)}", "secret.settlemint_token")
+    add(f"FRAMEIO_TOKEN=fio-u-{f.b64url(64)}", "secret.frameio_api_token")
+    add(f"TYPEFORM_TOKEN=tfp_{f.b64url(59)}", "secret.typeform_api_token")
+    add(f"client_secret s-s4t2ud-{f.hex(64)}", "secret.intra42_client_secret")
+    add(f"GEOIPUPDATE_LICENSE_KEY={f.alnum(6)}_{f.alnum(29)}_mmk", "secret.maxmind_license_key")
+    add(f"BREVO_API_KEY=xkeysib-{f.hex(64)}-{f.alnum(16)}", "secret.sendinblue_api_key")
+    add(f"page token EAAC{f.alnum(120)}", "secret.facebook_access_token")
+    add(f"SHIPPO_API_TOKEN=shippo_live_{f.hex(40)}", "secret.shippo_api_token")
+    add(f"EASYPOST_API_KEY=EZAK{f.alnum(54)}", "secret.easypost_api_key")
+    add(f"DUFFEL_ACCESS_TOKEN=duffel_live_{f.b64url(43)}", "secret.duffel_api_token")
+    add(f"FLW_SECRET_KEY=FLWSECK-{f.chars('abcdefgh0123456789', 32)}-X", "secret.flutterwave_key")
+    add(f"ADOBE_CLIENT_SECRET=p8e-{f.alnum(32)}", "secret.adobe_client_secret")
+    add(f"PERPLEXITY_API_KEY=pplx-{f.alnum(48)}", "secret.perplexity_api_key")
+    add(f"YC_API_KEY=AQVN{f.b64url(36)}", "secret.yandex_api_key")
+    add(f"CASTAI_API_TOKEN=castai_v1_{f.alnum(64)}_{f.alnum(8)}", "secret.castai_api_key")
+    add(f"chief tools token ctp_{f.alnum(36)}", "secret.chieftools_token")
+    add(f"LANGSMITH_API_KEY=lsv2_pt_{low(32)}_{low(10)}", "secret.langsmith_api_key")
+    add(f"ADYEN_API_KEY=AQE{low(6)}.{f.b64url(64)}", "secret.adyen_api_key")
+    add(f"BT_TOKENIZATION_KEY=sandbox_{low(8)}_{low(16)}", "secret.braintree_token")
+    add(f"BRAINTREE_ACCESS_TOKEN=access_token$production${low(16)}", "secret.braintree_token")
+    add(f"IR@{uuid()}@adf-prod-01@we@{f.b64(43)}=", "secret.azure_data_factory_key")
+    add(f"CHARGEBEE_API_KEY=live_{f.alnum(32)}", "secret.chargebee_api_key")
+    add(f"https://acme.webhook.office.com/webhookb2/{uuid()}@{uuid()}/IncomingWebhook/"
+        f"{f.hex(32)}/{uuid()}", "secret.microsoft_teams_webhook")  # fmt: skip
+
+    # Keyword-anchored: the provider in the name, the provider's shape in the value.
+    for line, detector in (
+        (f"ADAFRUIT_IO_KEY={f.b64url(32)}", "secret.adafruit_api_key"),
+        (f'adobe_client_id = "{f.hex(32)}"', "secret.adobe_client_id"),
+        (f"AIRTABLE_API_KEY=key{f.alnum(14)}", "secret.airtable_api_key"),
+        (f"algoliaAdminKey: '{low(32)}'", "secret.algolia_api_key"),
+        (f"ALIBABA_CLOUD_ACCESS_KEY_SECRET={f.alnum(30)}", "secret.alibaba_secret_key"),
+        (f'"asana_pat": "1/{f.chars("0123456789", 16)}:{f.alnum(32)}"', "secret.asana_token"),
+        (f"BEAMER_API_KEY=b_{f.b64url(44)}", "secret.beamer_api_token"),
+        (f"BITBUCKET_CLIENT_SECRET={f.alnum(32)}", "secret.bitbucket_client_secret"),
+        (f"bittrex.apiSecret = {low(32)}", "secret.bittrex_api_key"),
+        (f"MERAKI_DASHBOARD_API_KEY={f.hex(40)}", "secret.cisco_meraki_api_key"),
+        (f"CLOUDFLARE_API_TOKEN={f.b64url(40)}", "secret.cloudflare_api_key"),
+        (f"CODECOV_TOKEN={uuid()}", "secret.codecov_access_token"),
+        (f"CO_API_KEY={f.alnum(40)}", "secret.cohere_api_token"),
+        (f"coinbase_api_secret: {f.b64url(64)}", "secret.coinbase_access_token"),
+        (f"CONFLUENT_CLOUD_API_SECRET={f.alnum(64)}", "secret.confluent_api_key"),
+        (f"CONTENTFUL_DELIVERY_TOKEN={f.b64url(43)}", "secret.contentful_delivery_token"),
+        (f"DD_APP_KEY={f.hex(40)}", "secret.datadog_access_token"),
+        (f"DISCORD_CLIENT_SECRET={f.b64url(32)}", "secret.discord_token"),
+        (f"DRONE_TOKEN={f.alnum(32)}", "secret.droneci_access_token"),
+        (f"dropbox_app_secret = '{low(15)}'", "secret.dropbox_api_token"),
+        (f"ETSY_API_KEY={low(24)}", "secret.etsy_access_token"),
+        (f"FACEBOOK_APP_SECRET={f.hex(32)}", "secret.facebook_secret"),
+        (f"FASTLY_API_TOKEN={f.b64url(32)}", "secret.fastly_api_token"),
+        (f'finicityAppKey = "{f.hex(32)}"', "secret.finicity_api_token"),
+        (f"FINNHUB_API_KEY={low(20)}", "secret.finnhub_access_token"),
+        (f"FLICKR_API_SECRET={f.alnum(32)}", "secret.flickr_access_token"),
+        (f"freshbooks_token: {f.alnum(64)}", "secret.freshbooks_access_token"),
+        (f"Cookie: _gitlab_session={low(32)}", "secret.gitlab_session_cookie"),
+        (f"GITTER_TOKEN={f.b64url(40)}", "secret.gitter_access_token"),
+        (f"GOCARDLESS_ACCESS_TOKEN=live_{f.b64url(40)}", "secret.gocardless_api_token"),
+        (f"HEROKU_API_KEY={uuid()}", "secret.heroku_api_key"),
+        (f"HUBSPOT_ACCESS_TOKEN=pat-na1-{uuid()}", "secret.hubspot_api_key"),
+        (f"INTERCOM_ACCESS_TOKEN={f.b64url(60)}", "secret.intercom_api_key"),
+        (f"kraken.secret = {f.b64(86)}==", "secret.kraken_access_token"),
+        (f"KUCOIN_API_SECRET={uuid()}", "secret.kucoin_access_token"),
+        (f"LAUNCHDARKLY_SDK_KEY=sdk-{uuid()}", "secret.launchdarkly_access_token"),
+        (f"LINEAR_CLIENT_SECRET={f.hex(32)}", "secret.linear_client_secret"),
+        (f"linkedin.client-secret={f.alnum(16)}", "secret.linkedin_client_secret"),
+        (f"LOB_API_KEY=live_{f.hex(35)}", "secret.lob_api_key"),
+        (f"LOOKERSDK_CLIENT_SECRET={f.alnum(24)}", "secret.looker_client_secret"),
+        (
+            f"MAILGUN_WEBHOOK_SIGNING_KEY={f.hex(32)}-{f.hex(8)}-{f.hex(8)}",
+            "secret.mailgun_signing_key",
+        ),
+        (f"MAPBOX_ACCESS_TOKEN=pk.{f.alnum(60)}.{f.alnum(22)}", "secret.mapbox_api_token"),
+        (f"MATTERMOST_TOKEN={low(26)}", "secret.mattermost_access_token"),
+        (f"MESSAGEBIRD_ACCESS_KEY={f.alnum(25)}", "secret.messagebird_api_token"),
+        (f"NETLIFY_AUTH_TOKEN={f.b64url(43)}", "secret.netlify_access_token"),
+        (f"nytimes_api_key = '{f.alnum(32)}'", "secret.nytimes_access_token"),
+        (f"OKTA_API_TOKEN=00{f.b64url(40)}", "secret.okta_access_token"),
+        (f"PLAID_SECRET={low(30)}", "secret.plaid_api_token"),
+        (f"PRIVATEAI_API_KEY={f.alnum(32)}", "secret.privateai_api_token"),
+        (f"X-RapidAPI-Key: {f.b64url(50)}", "secret.rapidapi_access_token"),
+        (f"SENDBIRD_API_TOKEN={f.hex(40)}", "secret.sendbird_access_token"),
+        (f"BUNDLE_ENTERPRISE__CONTRIBSYS__COM={f.hex(8)}:{f.hex(8)}", "secret.sidekiq_secret"),
+        (f"SNYK_TOKEN={uuid()}", "secret.snyk_api_token"),
+        (f"SONAR_TOKEN=squ_{f.hex(40)}", "secret.sonar_api_token"),
+        (f"squarespace_api_key: {uuid()}", "secret.squarespace_access_token"),
+        (f"SUMO_ACCESS_ID=su{f.alnum(12)}", "secret.sumologic_access_key"),
+        (f"TRAVIS_API_TOKEN={f.alnum(22)}", "secret.travisci_access_token"),
+        (f"TWITCH_CLIENT_SECRET={low(30)}", "secret.twitch_api_token"),
+        (f"TWITTER_BEARER_TOKEN={'A' * 22}{f.alnum(90)}", "secret.twitter_token"),
+        (f"yandex_key_id: YC{f.b64url(38)}", "secret.yandex_access_token"),
+        (f"ZENDESK_API_TOKEN={f.alnum(40)}", "secret.zendesk_secret_key"),
+    ):
+        add(line, detector)
+
+    # Hard benign cases met on the way: look-alikes of the formats above.
+    for text in (
+        f"video_box.ico-{f.hex(32)}.png",  # a file name, not an Infracost token
+        'msgstr "GSSAPI-VIRHEKAPSELOINTIMERKKIJONO."',  # not an Octopus key
+        f'SetSysctl = "{low(24)}"',  # `etsy` inside a word
+        "rookTable = 12",  # `okta` inside a word
+        "-----BEGIN PRIVATE KEY-----\n...\n-----END PRIVATE KEY-----",  # documentation
+        "export OP_SERVICE_ACCOUNT_TOKEN=ops_eyJzaWduSW5BZGRyZXNzIjoiaHR0cHM6...",  # elided
+        'API_CREATE("https://api.example.com/create?access_token=ACCESS_TOKEN")',
+        'jobs:\n  env:\n    token_env: "GITHUB_TOKEN"\n    token_count: 12345678',
+        "bedrock-api-key-" + b64(b"not a bedrock url at all"),
+        f"GR1348941{f.chars('0123456789', 20)}",  # digits only: not a runner token
+        f"nextPageToken = {low(12)}",
+        "public_key = ssh-ed25519",
+    ):
+        b.benign(text)
     return covered
 
 
