@@ -5,14 +5,16 @@ delta counts). No memory, knowledge or tools: what is measured is the server's o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from aap_server.agent import (
     Agent,
     AgentCapabilities,
     AgentProvider,
+    CompactionPlan,
     Empty,
     HistoryCapabilities,
+    HistoryMessage,
     KeepRecentTurns,
     LlmProvider,
     ModelInfo,
@@ -55,6 +57,20 @@ class EchoModel(TurnModel):
             yield TextDelta(text=piece)
 
 
+class BatchCompaction(KeepRecentTurns):
+    """`KeepRecentTurns(keep)` applied only once the history is twice as long: the cost of a
+    compaction (its note's guardian check, the rows it replaces) is then paid once every
+    `keep / 2` turns, not at every turn as a tight bound would."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__(max_messages=keep)
+
+    def plan(self, compacted: Sequence[HistoryMessage]) -> CompactionPlan | None:
+        if len(compacted) <= 2 * self.max_messages:
+            return None
+        return super().plan(compacted)
+
+
 AGENT = Agent(
     name="bench-echo",
     version="1.0.0",
@@ -67,7 +83,7 @@ AGENT = Agent(
         stream=StreamCapabilities(delta=Empty(), message=Empty(), none=Empty()),
         history=HistoryCapabilities(compacted=Empty(), full=Empty()),
     ),
-    # History per session stays bounded, as a deployed agent's would: the figures then do not
-    # drift with the length of the run.
-    compaction=KeepRecentTurns(max_messages=40),
+    # History per session stays bounded (20 to 40 messages), as a deployed agent's would: the
+    # figures then do not drift with the length of the run.
+    compaction=BatchCompaction(keep=20),
 )
