@@ -164,3 +164,40 @@ async def test_a_quiet_stream_gets_keep_alive_pings(tmp_path: Path) -> None:
                 lines.append(line)
     assert any(line.startswith(": ping") for line in lines)
     assert "event: turn_stop" in lines
+
+
+class CountingScreen(PassThrough):
+    """A pass-through screen that counts the deltas it is asked about."""
+
+    fed: list[str] = []  # noqa: RUF012 - shared by every screen of one test, reset there
+
+    def feed(self, delta: str) -> str:
+        CountingScreen.fed.append(delta)
+        return delta
+
+
+# Issue 12: where no client sees deltas the delta screen is not run (the message check is)
+async def test_only_delta_streams_run_the_delta_screen(tmp_path: Path) -> None:
+    guardian = ScriptedGuardian(screen=CountingScreen)
+    async with harness(tmp_path, guardian=guardian) as sh:
+        session_id = await sh.new_session()
+        said = "one two three four five six seven eight nine ten"
+        for mode in ("none", "message"):
+            CountingScreen.fed = []
+            if mode == "none":
+                response = await sh.client.post(
+                    f"/sessions/{session_id}/turns", json=user(said, mode)
+                )
+                assert response.json()["messages"][0]["content"] == f"Echo: {said}"
+            else:
+                events = await read_events(sh, session_id, user(said, mode))
+                assert ("text", {"text": f"Echo: {said}"}) in events
+            assert CountingScreen.fed == []
+            # The whole message still passed the guardian's message check.
+            last = sh.guardian.requests[-1]
+            assert last.method == "steps/message"
+        CountingScreen.fed = []
+        events = await read_events(sh, session_id, user(said, "delta"))
+        assert "".join(CountingScreen.fed) == f"Echo: {said}"
+        sent = "".join(data["delta"] for name, data in events if name == "text_delta")
+        assert sent == f"Echo: {said}"
