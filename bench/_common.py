@@ -28,10 +28,12 @@ def launch_server(
     env: Mapping[str, str],
     log: IO[bytes] | int | None = subprocess.DEVNULL,
     preexec_fn: Callable[[], None] | None = None,
+    cwd: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """`aap-server serve` on a free port with `env` (`AAP_*` settings) over this process's
     environment, its output to `log` (None: this process's); not yet waited for.
-    `preexec_fn` runs in the child before it starts (e.g. to pin it to a CPU)."""
+    `preexec_fn` runs in the child before it starts (e.g. to pin it to a CPU); `cwd` (first
+    on its `sys.path`) may hold another checkout of the server."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "aap_server.cli", "serve"],
@@ -39,6 +41,7 @@ def launch_server(
         stdout=log,
         stderr=log,
         preexec_fn=preexec_fn,
+        cwd=cwd,
     )
     return process, f"http://127.0.0.1:{port}"
 

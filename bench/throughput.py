@@ -11,7 +11,7 @@ server's threads from /proc/PID/task/*/schedstat, which does not depend on what 
 machine runs (the throughput does).
 
     python bench/throughput.py [--seconds 3] [--rounds 3] [--concurrency 20]
-        [--workers 1,2] [--baseline-cmd 'node ref/server.js --port {port}']
+        [--workers 1,2] [--against GIT_REF] [--baseline-cmd 'node ref/server.js --port {port}']
 """
 
 from __future__ import annotations
@@ -81,7 +81,18 @@ class Server:
     sessions: list[str] = field(default_factory=list)
 
 
-def start_aap(db: Path, workers: int) -> Server:
+def checkout(ref: str, into: Path) -> Path:
+    """The tree of git `ref` of this repository, unpacked under `into` (no worktree made)."""
+    target = into / f"at-{ref.replace('/', '_')}"
+    target.mkdir()
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target
+
+
+def start_aap(db: Path, workers: int, source: Path | None = None, tag: str = "") -> Server:
+    """aap-server with `workers` processes; from the checkout `source` if given (named with
+    `tag`), else from this tree."""
     env = {
         "AAP_API_KEYS": f"{KEY}:bench:bench",
         "AAP_LOG_LEVEL": "warning",
@@ -90,14 +101,15 @@ def start_aap(db: Path, workers: int) -> Server:
         "AAP_RATE_LIMIT_PER_SECOND": "0",
         "AAP_MAX_CONCURRENT_TURNS": "0",
         "AAP_AGENT_MODULES": "bench.echo_agent:AGENT",
-        "PYTHONPATH": str(ROOT),
+        # The checkout first; this tree after it still provides bench.echo_agent.
+        "PYTHONPATH": f"{source}:{ROOT}" if source else str(ROOT),
     }
     if workers > 1:
         env["AAP_WORKERS"] = str(workers)
     cpus = SERVER_CPUS if workers == 1 else SERVER_CPUS | CLIENT_CPUS
-    process, base = launch_server(env, preexec_fn=pin(cpus))
+    process, base = launch_server(env, preexec_fn=pin(cpus), cwd=str(source) if source else None)
     wait_ready(process, base)
-    name = "aap-server" if workers == 1 else f"aap-server x{workers}"
+    name = ("aap-server" if workers == 1 else f"aap-server x{workers}") + tag
     port = int(base.rsplit(":", 1)[1])
     return Server(name, process, port, "bench-echo", lambda s: f"/sessions/{s}/turns")
 
@@ -211,6 +223,9 @@ def start_servers(arguments: argparse.Namespace, tmp: Path, servers: list[Server
     wait_ready(bare, f"http://127.0.0.1:{bare_port}", "/schema/openapi.json")
     for workers in arguments.workers:
         servers.append(start_aap(tmp / f"bench-{workers}.db", workers))
+    if arguments.against:
+        source = checkout(arguments.against, tmp)
+        servers.append(start_aap(tmp / "bench-against.db", 1, source, f"@{arguments.against}"))
     if arguments.baseline_cmd:
         command = shlex.split(arguments.baseline_cmd)
         agent, ready = arguments.baseline_agent, arguments.baseline_ready
@@ -280,6 +295,9 @@ if __name__ == "__main__":
         type=lambda text: [int(n) for n in text.split(",")],
         default=[1],
         help="aap-server worker counts to compare, e.g. 1,2",
+    )
+    parser.add_argument(
+        "--against", help="also run aap-server as of this git ref (before/after a change)"
     )
     parser.add_argument("--baseline-cmd", help="a server to compare with; {port} is replaced")
     parser.add_argument("--baseline-agent", default="echo", help="the agent it hosts")
