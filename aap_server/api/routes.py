@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response
 from litestar.di import NamedDependency, Provide
 from litestar.openapi.spec import Example
 from litestar.params import JSONBody, Parameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from aap_server.api.auth import (
+    delete,
+    get,
+    post,
     provide_principal,
     require_principal,
     require_principal_unless_public_meta,
