@@ -11,7 +11,7 @@ server's threads from /proc/PID/task/*/schedstat, which does not depend on what 
 machine runs (the throughput does).
 
     python bench/throughput.py [--seconds 3] [--rounds 3] [--concurrency 20]
-        [--workers 1,2] [--against GIT_REF] [--baseline-cmd 'node ref/server.js --port {port}']
+        [--against GIT_REF] [--baseline-cmd 'node ref/server.js --port {port}']
 """
 
 from __future__ import annotations
@@ -90,9 +90,8 @@ def checkout(ref: str, into: Path) -> Path:
     return target
 
 
-def start_aap(db: Path, workers: int, source: Path | None = None, tag: str = "") -> Server:
-    """aap-server with `workers` processes; from the checkout `source` if given (named with
-    `tag`), else from this tree."""
+def start_aap(db: Path, source: Path | None = None, tag: str = "") -> Server:
+    """aap-server from the checkout `source` if given (named with `tag`), else this tree."""
     env = {
         "AAP_API_KEYS": f"{KEY}:bench:bench",
         "AAP_LOG_LEVEL": "warning",
@@ -104,12 +103,11 @@ def start_aap(db: Path, workers: int, source: Path | None = None, tag: str = "")
         # The checkout first; this tree after it still provides bench.echo_agent.
         "PYTHONPATH": f"{source}:{ROOT}" if source else str(ROOT),
     }
-    if workers > 1:
-        env["AAP_WORKERS"] = str(workers)
-    cpus = SERVER_CPUS if workers == 1 else SERVER_CPUS | CLIENT_CPUS
-    process, base = launch_server(env, preexec_fn=pin(cpus), cwd=str(source) if source else None)
+    process, base = launch_server(
+        env, preexec_fn=pin(SERVER_CPUS), cwd=str(source) if source else None
+    )
     wait_ready(process, base)
-    name = ("aap-server" if workers == 1 else f"aap-server x{workers}") + tag
+    name = "aap-server" + tag
     port = int(base.rsplit(":", 1)[1])
     return Server(name, process, port, "bench-echo", lambda s: f"/sessions/{s}/turns")
 
@@ -213,7 +211,7 @@ def report(scenarios: list[Scenario]) -> None:
 
 
 def start_servers(arguments: argparse.Namespace, tmp: Path, servers: list[Server]) -> None:
-    """The bare app, aap-server at each worker count, the baseline if any: into `servers`."""
+    """The bare app, aap-server (and as of `--against`), the baseline if any: into `servers`."""
     bare_port = free_port()
     bare = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "bare_app.py"), str(bare_port)],
@@ -221,11 +219,10 @@ def start_servers(arguments: argparse.Namespace, tmp: Path, servers: list[Server
     )
     servers.append(Server("bare litestar", bare, bare_port, "", lambda _: "/echo"))
     wait_ready(bare, f"http://127.0.0.1:{bare_port}", "/schema/openapi.json")
-    for workers in arguments.workers:
-        servers.append(start_aap(tmp / f"bench-{workers}.db", workers))
+    servers.append(start_aap(tmp / "bench.db"))
     if arguments.against:
         source = checkout(arguments.against, tmp)
-        servers.append(start_aap(tmp / "bench-against.db", 1, source, f"@{arguments.against}"))
+        servers.append(start_aap(tmp / "bench-against.db", source, f"@{arguments.against}"))
     if arguments.baseline_cmd:
         command = shlex.split(arguments.baseline_cmd)
         agent, ready = arguments.baseline_agent, arguments.baseline_ready
@@ -290,12 +287,6 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=20)
-    parser.add_argument(
-        "--workers",
-        type=lambda text: [int(n) for n in text.split(",")],
-        default=[1],
-        help="aap-server worker counts to compare, e.g. 1,2",
-    )
     parser.add_argument(
         "--against", help="also run aap-server as of this git ref (before/after a change)"
     )
