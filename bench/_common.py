@@ -4,11 +4,12 @@ waited for, and the p99 of samples (each bench puts the project root on `sys.pat
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 import httpx
@@ -24,16 +25,23 @@ def free_port() -> int:
 
 
 def launch_server(
-    env: Mapping[str, str], log: IO[bytes] | int | None = subprocess.DEVNULL
+    env: Mapping[str, str],
+    log: IO[bytes] | int | None = subprocess.DEVNULL,
+    preexec_fn: Callable[[], None] | None = None,
+    cwd: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """`aap-server serve` on a free port with `env` (`AAP_*` settings) over this process's
-    environment, its output to `log` (None: this process's); not yet waited for."""
+    environment, its output to `log` (None: this process's); not yet waited for.
+    `preexec_fn` runs in the child before it starts (e.g. to pin it to a CPU); `cwd` (first
+    on its `sys.path`) may hold another checkout of the server."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "aap_server.cli", "serve"],
         env={**os.environ, **env, "AAP_PORT": str(port)},
         stdout=log,
         stderr=log,
+        preexec_fn=preexec_fn,
+        cwd=cwd,
     )
     return process, f"http://127.0.0.1:{port}"
 
@@ -66,3 +74,56 @@ def p99(values: Sequence[float]) -> float:
     percent)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+class Connection:
+    """A bare keep-alive HTTP/1.1 connection sending `Authorization: Bearer <key>`: httpx
+    tops out near 1k requests/s on this machine, which would measure the client instead of
+    the server."""
+
+    def __init__(self, port: int, key: str) -> None:
+        self.port = port
+        self.key = key
+        self.reader: asyncio.StreamReader
+        self.writer: asyncio.StreamWriter
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        on_first_event: Callable[[], None] | None = None,
+    ) -> tuple[int, bytes]:
+        """Send one request; its status and body (an SSE stream's chunks joined)."""
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        reader = self.reader
+        status = int((await reader.readline()).split()[1])
+        length = -1
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length >= 0:
+            return status, await reader.readexactly(length)
+        chunks: list[bytes] = []
+        while True:  # chunked (an SSE stream)
+            size = int((await reader.readline()).strip(), 16)
+            if size == 0:
+                await reader.readline()
+                return status, b"".join(chunks)
+            chunk = await reader.readexactly(size)
+            await reader.readline()
+            if on_first_event is not None and b"event:" in chunk:
+                on_first_event()
+                on_first_event = None
+            chunks.append(chunk)

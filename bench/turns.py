@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import launch_server, p99, wait_ready
+from bench._common import Connection, launch_server, p99, wait_ready
 
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -39,52 +39,6 @@ def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     # One key drives the whole load: per-key limits (README "Limits per principal") off.
     env.update(AAP_RATE_LIMIT_PER_SECOND="0", AAP_MAX_CONCURRENT_TURNS="0")
     return launch_server(env, log=None)
-
-
-class Connection:
-    """A bare keep-alive HTTP/1.1 connection: httpx tops out near 1k requests/s on this
-    machine, which would measure the client instead of the server."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.reader: asyncio.StreamReader
-        self.writer: asyncio.StreamWriter
-
-    async def open(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes = b"",
-        on_first_event: Callable[[], None] | None = None,
-    ) -> tuple[int, bytes]:
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + body)
-        status_line = await self.reader.readline()
-        status = int(status_line.split()[1])
-        headers: dict[bytes, bytes] = {}
-        while (line := await self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        if b"content-length" in headers:
-            return status, await self.reader.readexactly(int(headers[b"content-length"]))
-        chunks: list[bytes] = []
-        while True:  # chunked (the SSE stream)
-            size = int((await self.reader.readline()).strip(), 16)
-            if size == 0:
-                await self.reader.readline()
-                return status, b"".join(chunks)
-            chunk = await self.reader.readexactly(size)
-            await self.reader.readline()
-            if on_first_event is not None and b"event:" in chunk:
-                on_first_event()
-                on_first_event = None
-            chunks.append(chunk)
 
 
 async def run_for(
@@ -124,7 +78,7 @@ async def main(seconds: float, concurrency: int) -> None:
                 for _ in range(concurrency):
                     response = await client.post("/sessions", json={"agent": {"name": "demo"}})
                     sessions.append(response.json()["sessionId"])
-            connections = [Connection(port) for _ in range(concurrency)]
+            connections = [Connection(port, KEY) for _ in range(concurrency)]
             for connection in connections:
                 await connection.open()
             await measure(connections, sessions, seconds)

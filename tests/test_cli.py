@@ -354,3 +354,23 @@ def test_audit_verify_of_a_missing_database_exits_2(
     assert cli.main(["audit", "verify", "--db", str(missing)]) == 2
     assert "no such database file" in capsys.readouterr().err
     assert not missing.exists()
+
+
+# Issue 12: start-up objects are frozen out of the collector, young collections are rarer.
+def test_serve_freezes_start_up_objects_and_raises_the_young_gc_threshold(
+    no_uvicorn: list[dict[str, object]], tmp_path: Path
+) -> None:
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        assert cli.main(["serve", "--db", str(tmp_path / "a.db")]) == 0
+        (call,) = no_uvicorn
+        assert gc.get_threshold()[0] == cli.GC_GEN0_THRESHOLD
+        assert gc.get_threshold()[1:] == before[1:]
+        # The app built before serving is frozen: in no generation the collector scans.
+        assert gc.get_freeze_count() > 0
+        assert all(tracked is not call["app"] for tracked in gc.get_objects())
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

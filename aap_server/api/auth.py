@@ -5,9 +5,10 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from litestar import Request
+from litestar import HttpMethod, Request
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException
+from litestar.handlers import HTTPRouteHandler
 from litestar.handlers.base import BaseRouteHandler
 
 from aap_server.config import ApiKey
@@ -82,3 +83,31 @@ async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
     if isinstance(principal, Principal):
         return principal
     return authenticate(request)  # a route without the guard still authenticates
+
+
+class _GuardsWithoutCopy:
+    """Runs a route's guards on the handler itself. Litestar hands each guard a fresh copy
+    of the handler at every request (so a guard cannot change it for the next one); ours
+    never look at the handler, and the copy was a tenth of a small turn's framework time."""
+
+    async def authorize_connection(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+        handler: Any = self
+        for guard in handler.resolve_guards():
+            await guard(connection, handler)
+
+
+class _GuardedRoute(_GuardsWithoutCopy, HTTPRouteHandler):
+    pass
+
+
+# Drop-ins for litestar's `get`, `post` and `delete` on the routes these guards guard.
+def get(path: str | None = None, **options: Any) -> HTTPRouteHandler:
+    return _GuardedRoute(path, http_method=HttpMethod.GET, **options)
+
+
+def post(path: str | None = None, **options: Any) -> HTTPRouteHandler:
+    return _GuardedRoute(path, http_method=HttpMethod.POST, **options)
+
+
+def delete(path: str | None = None, **options: Any) -> HTTPRouteHandler:
+    return _GuardedRoute(path, http_method=HttpMethod.DELETE, **options)

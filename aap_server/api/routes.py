@@ -6,22 +6,24 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, MediaType, Request, Response, delete, get, post
+from litestar import Controller, MediaType, Request, Response
 from litestar.di import NamedDependency, Provide
 from litestar.openapi.spec import Example
 from litestar.params import JSONBody, Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
-from sse_starlette import EventSourceResponse
 
 from aap_server.api.auth import (
+    delete,
+    get,
+    post,
     provide_principal,
     require_principal,
     require_principal_unless_public_meta,
 )
 from aap_server.api.meta import GetMetaResponse, meta_response
 from aap_server.api.openapi import ERROR_RESPONSES
-from aap_server.api.sse import sse_frames
+from aap_server.api.sse import EventStream, sse_frames
 from aap_server.protocol import (
     GetAuditResponse,
     GetSessionHistoryResponse,
@@ -238,7 +240,7 @@ class SessionsController(Controller):
         principal: Caller,
         session_id: SessionId,
         data: JSONBody[PostSessionTurnRequest],
-    ) -> EventSourceResponse:
+    ) -> EventStream:
         """Runs one turn. `stream: "none"` (default) answers JSON when the turn ends; `delta` and
         `message` answer `text/event-stream` at once."""
         service = _service(request)
@@ -248,8 +250,8 @@ class SessionsController(Controller):
             return Response(await none_view(turn.events()))  # type: ignore[return-value]
         view = delta_view if turn.mode == "delta" else message_view
         state = request.app.state
-        return EventSourceResponse(
+        return EventStream(
             state.drain.track(sse_frames(view(turn.events()))),
-            ping=state.settings.sse_ping_seconds,
+            ping_seconds=state.settings.sse_ping_seconds,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

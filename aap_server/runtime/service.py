@@ -474,6 +474,7 @@ class AapService:
             approval_timeout_seconds=self.approval_timeout_seconds,
             guardian_memory=snapshot.guardian_memory,
             refuse_modified_input=self.refuse_modified_input,
+            deltas_seen=turn.mode == "delta",
         )
 
     async def _close_interrupted(self, session_id: str, pending: list[PendingToolCall]) -> bool:

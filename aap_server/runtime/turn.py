@@ -28,7 +28,7 @@ from aap_server.agent import (
     Usage,
     text_of,
 )
-from aap_server.guardian import FailClosed
+from aap_server.guardian import FailClosed, HoldMessage, TextScreen
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
@@ -112,6 +112,7 @@ class TurnRun:
         approval_timeout_seconds: float = 3600.0,
         guardian_memory: bytes | None = None,
         refuse_modified_input: bool = False,
+        deltas_seen: bool = True,
     ) -> None:
         self.hosted = hosted
         self.agent = hosted.agent
@@ -124,6 +125,12 @@ class TurnRun:
         # Only calls awaiting an answer; answered ones are dropped with the next pending write.
         self.pending = [call for call in pending if call.awaiting]
         self.refuse_modified_input = refuse_modified_input
+        # No client sees deltas (`none`, `message`): text is screened once, as the whole
+        # message, by its `steps/message` check; the guardian's delta screen would only scan
+        # the same text again as it streams.
+        self._screen: Callable[[], TextScreen] = (
+            guardian.text_screen if deltas_seen else HoldMessage
+        )
         self.messages = messages
         self.emit = emit
         self.clock = clock
@@ -324,8 +331,8 @@ class TurnRun:
         )
         # Deltas leave as the guardian's text screen releases them; the rest once the whole
         # message has passed its `steps/message` check.
-        thinking = Streamed(self.guardian.text_screen(), ThinkingDeltaEvent, self.emit)
-        text = Streamed(self.guardian.text_screen(), TextDeltaEvent, self.emit, after=thinking)
+        thinking = Streamed(self._screen(), ThinkingDeltaEvent, self.emit)
+        text = Streamed(self._screen(), TextDeltaEvent, self.emit, after=thinking)
         calls: list[ToolCall] = []
         model_stop: StopReason = "end_turn"
         async for output in self.agent.model.respond(request):

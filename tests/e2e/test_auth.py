@@ -192,3 +192,32 @@ async def test_same_user_id_in_another_org_is_another_principal(tmp_path: Path) 
         assert_error(await h.client.get(f"/sessions/{session_id}", headers=globex), 404)
         lower = {"Authorization": "bearer key-alice"}
         assert (await h.client.get(f"/sessions/{session_id}", headers=lower)).status_code == 200
+
+
+# Issue 12: the guards run on the route handler itself, not on a copy made per request.
+async def test_authenticating_a_turn_copies_no_route_handler(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import litestar.handlers.base
+
+    from aap_server.api.routes import SessionsController
+
+    session_id = await h.new_session()
+    copied: list[object] = []
+    original = litestar.handlers.base.copy
+
+    def counting(value: Any) -> Any:
+        copied.append(value)
+        return original(value)
+
+    monkeypatch.setattr(litestar.handlers.base, "copy", counting)
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    answer = await h.client.post(f"/sessions/{session_id}/turns", json=body)
+    assert answer.status_code == 200
+    assert copied == []
+    # The guard still runs on that route: no key, no turn.
+    refused = await h.client.post(
+        f"/sessions/{session_id}/turns", json=body, headers={"Authorization": "Bearer nope"}
+    )
+    assert_error(refused, 401)
+    assert SessionsController.guards

@@ -30,7 +30,15 @@ from aap_server.agent import (
 )
 from aap_server.config import Settings
 from aap_server.guardian import PassThrough
-from tests.conftest import KEYS, Harness, ScriptedGuardian, harness
+from tests.conftest import (
+    KEYS,
+    AppHarness,
+    Harness,
+    ScriptedGuardian,
+    app_harness,
+    harness,
+    wait_until,
+)
 
 Event = tuple[str, dict[str, Any]]
 
@@ -164,3 +172,126 @@ async def test_a_quiet_stream_gets_keep_alive_pings(tmp_path: Path) -> None:
                 lines.append(line)
     assert any(line.startswith(": ping") for line in lines)
     assert "event: turn_stop" in lines
+
+
+class CountingScreen(PassThrough):
+    """A pass-through screen that counts the deltas it is asked about."""
+
+    fed: list[str] = []  # noqa: RUF012 - shared by every screen of one test, reset there
+
+    def feed(self, delta: str) -> str:
+        CountingScreen.fed.append(delta)
+        return delta
+
+
+# Issue 12: where no client sees deltas the delta screen is not run (the message check is)
+async def test_only_delta_streams_run_the_delta_screen(tmp_path: Path) -> None:
+    guardian = ScriptedGuardian(screen=CountingScreen)
+    async with harness(tmp_path, guardian=guardian) as sh:
+        session_id = await sh.new_session()
+        said = "one two three four five six seven eight nine ten"
+        for mode in ("none", "message"):
+            CountingScreen.fed = []
+            if mode == "none":
+                response = await sh.client.post(
+                    f"/sessions/{session_id}/turns", json=user(said, mode)
+                )
+                assert response.json()["messages"][0]["content"] == f"Echo: {said}"
+            else:
+                events = await read_events(sh, session_id, user(said, mode))
+                assert ("text", {"text": f"Echo: {said}"}) in events
+            assert CountingScreen.fed == []
+            # The whole message still passed the guardian's message check.
+            last = sh.guardian.requests[-1]
+            assert last.method == "steps/message"
+        CountingScreen.fed = []
+        events = await read_events(sh, session_id, user(said, "delta"))
+        assert "".join(CountingScreen.fed) == f"Echo: {said}"
+        sent = "".join(data["delta"] for name, data in events if name == "text_delta")
+        assert sent == f"Echo: {said}"
+
+
+async def asgi_turn(
+    gh: AppHarness, session_id: str, body: dict[str, Any], *, leave_after_first_body: bool
+) -> list[dict[str, Any]]:
+    """POST a turn straight into the app over ASGI; every message it sends. With
+    `leave_after_first_body`, the client disconnects once the first body part arrived."""
+    sent: list[dict[str, Any]] = []
+    first_body = asyncio.Event()
+    request = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if request:
+            return request.pop()
+        if leave_after_first_body:
+            await first_body.wait()
+        else:
+            await asyncio.Event().wait()  # connected for good
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body":
+            first_body.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/sessions/{session_id}/turns",
+        "raw_path": f"/sessions/{session_id}/turns".encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"test"),
+            (b"authorization", b"Bearer key-alice"),
+            (b"content-type", b"application/json"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "state": {},
+    }
+    async with asyncio.timeout(10):
+        await gh.app(scope, receive, send)
+    return sent
+
+
+# Issue 12: the deltas ready in one loop tick leave in one write, not one write each
+async def test_a_burst_of_deltas_leaves_in_few_writes(tmp_path: Path) -> None:
+    async with app_harness(tmp_path, guardian=ScriptedGuardian(screen=PassThrough)) as gh:
+        session_id = await gh.new_session()
+        sent = await asgi_turn(
+            gh, session_id, user("/long 200", "delta"), leave_after_first_body=False
+        )
+        bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+        stream = b"".join(bodies).decode()
+        deltas = stream.count("event: text_delta")
+        assert deltas >= 40  # /long 200: 4 words a delta
+        assert "event: turn_stop" in stream
+        assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+        # turn_start, the deltas (one burst: the model does not wait between them) and
+        # turn_stop, after the reply is stored: a few writes, not one per event.
+        assert len(bodies) <= 6, len(bodies)
+
+
+# A client that goes away ends its stream at once; the turn still runs to its end.
+async def test_a_client_that_leaves_ends_its_stream_not_the_turn(tmp_path: Path) -> None:
+    async with app_harness(tmp_path, guardian=ScriptedGuardian(screen=PassThrough)) as gh:
+        session_id = await gh.new_session()
+        sent = await asgi_turn(
+            gh, session_id, user("/sleep 0.3\nhi", "delta"), leave_after_first_body=True
+        )
+        stream = b"".join(m.get("body", b"") for m in sent).decode()
+        assert "event: turn_start" in stream
+        assert "event: turn_stop" not in stream  # gone before the model answered
+        drain = gh.app.state.drain
+        assert drain.open_streams == 0
+
+        # The turn went on without its client: its reply is stored.
+        async def stored() -> bool:
+            history = await gh.client.get(f"/sessions/{session_id}/history?type=full")
+            return any("Echo: hi" in json.dumps(m) for m in history.json()["history"]["full"])
+
+        await wait_until(stored)

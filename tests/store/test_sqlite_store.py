@@ -327,3 +327,60 @@ async def test_close_waits_for_commits_already_started(tmp_path: Path) -> None:
     await asyncio.gather(*commits, store.close())
 
     assert len(raw(db_path(tmp_path), "SELECT seq FROM history_full")) == 10
+
+
+# --- WAL checkpoints off the database thread (issue 12) ----------------------------------
+
+
+def wal_pages(path: str) -> int:
+    wal = Path(path + "-wal")
+    return wal.stat().st_size // 4096 if wal.exists() else 0
+
+
+async def test_commits_never_checkpoint_and_the_checkpointer_keeps_the_wal_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small restart size, so that a test-sized load crosses it many times.
+    monkeypatch.setattr(sqlite_module, "WAL_RESTART_PAGES", 50)
+    monkeypatch.setattr(sqlite_module, "CHECKPOINT_SECONDS", 0.01)
+    path = db_path(tmp_path)
+    store = SqliteSessionStore(path)
+    await store.open()
+    try:
+        # The writer's connection leaves checkpoints to the checkpointer.
+        autocheckpoint = await store._run(
+            lambda conn: conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        )
+        assert autocheckpoint == 0
+        checkpointer = store.checkpointer
+        assert checkpointer is not None
+        record = new_record()
+        await store.create_session(record, [])
+        big = "x" * 8000  # two pages a message
+        for _round in range(20):
+            for _ in range(20):
+                step = StepWrite(full=[user(big)], compacted=[user(big)])
+                await store.commit(record.session_id, step)
+            await asyncio.sleep(0.03)  # the checkpointer's turn
+        assert checkpointer.checkpoints > 0
+        # 400 commits of ~4 pages each: ~1600 pages unchecked; reset at 50 pages instead.
+        assert wal_pages(path) < 400, wal_pages(path)
+        history = await store.load_history(record.session_id, "full")
+        assert len(history) == 400
+    finally:
+        await store.close()
+    assert store.checkpointer is None
+    # Closed: folded into one file, every commit in it.
+    assert raw(path, "SELECT COUNT(*) FROM history_full") == [(400,)]
+
+
+async def test_an_in_memory_store_has_no_checkpointer() -> None:
+    store = SqliteSessionStore(":memory:")
+    await store.open()
+    try:
+        assert store.checkpointer is None
+        record = new_record()
+        await store.create_session(record, [])
+        await store.commit(record.session_id, StepWrite(full=[user("q")], compacted=[]))
+    finally:
+        await store.close()
