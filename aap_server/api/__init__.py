@@ -1,4 +1,4 @@
-"""The HTTP layer: the only code that imports Litestar and sse-starlette."""
+"""The HTTP layer: the only code that imports Litestar (and uvicorn)."""
 
 from aap_server.api.app import create_app
 

@@ -6,9 +6,8 @@ turns get up to `shutdown_grace_seconds` to finish (those still running then are
 and end with `turn_stop: error`), open streams are given their last events, and only then
 does uvicorn close the listener and exit. A second signal exits at once.
 
-uvicorn alone closes the listener first (new requests: connection refused), and sse-starlette
-cuts every open stream as soon as uvicorn's `should_exit` is set: hence the drain runs before
-uvicorn is told to exit.
+uvicorn alone closes the listener first (new requests: connection refused) and then gives
+open connections no time: hence the drain runs before uvicorn is told to exit.
 """
 
 from __future__ import annotations
