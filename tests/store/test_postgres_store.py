@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from aap_server.store import SchemaVersionError, StepWrite, StoreUnavailableError
+from aap_server.store import postgres as pg
 from aap_server.store.postgres import PostgresSessionStore, PostgresSettings
 from aap_server.store.postgres_schema import SCHEMA_VERSION
 
@@ -158,6 +159,13 @@ SESSION_PLANS = {
         "SELECT seq, hash FROM audit_entries WHERE chain = $1 ORDER BY seq DESC LIMIT 1",
         ("sess_0000500",),
     ),
+    # The statements added since, as the store runs them.
+    "history page": (pg._HISTORY_RANGE["full"], ("sess_0000500", 0, 1)),
+    "audit page": (pg._SELECT_AUDIT, ("sess_0000500", -1, 100)),
+    "turn lease holder": (pg._LEASE_HOLDER, ("sess_0000500",)),
+    "a key's running turns": (pg._LIVE_TURNS, ("alice", "sess_0000500")),
+    "aos: a session's memory": (pg._SELECT_CALLER_MEMORY, ("aos:alice", "sess_0000500")),
+    "aos: least recent memories": (pg._LEAST_RECENT, ("aos:alice", 8)),
 }
 
 
@@ -177,6 +185,14 @@ async def _fill(conn: Any, sessions: int) -> None:
     await conn.execute(
         "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) "
         "SELECT session_id, s, 0, '{}'::bytea, 'h' FROM sessions, generate_series(0, 1) AS s"
+    )
+    await conn.execute(
+        "INSERT INTO turn_leases (session_id, turn_id, expires_at, owner) "
+        "SELECT session_id, 'turn_x', now() - interval '1 hour', owner FROM sessions"
+    )
+    await conn.execute(  # one /aos caller with a memory per session
+        "INSERT INTO caller_memory (caller, session_id, memory, tainted, version, used_at) "
+        "SELECT 'aos:alice', session_id, '\\x00'::bytea, false, 1, created_at FROM sessions"
     )
     await conn.execute("ANALYZE")
 
