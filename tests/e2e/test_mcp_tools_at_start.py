@@ -141,3 +141,31 @@ async def test_a_guardian_that_fails_at_start_withholds_every_tool_it_did_not_sc
     assert len(withheld) == 3
     assert all("guardian.error" in line for line in withheld)
     assert [r["codes"] for r in await start_audit(tmp_path)] == [["guardian.error"]]
+
+
+async def test_a_session_that_enabled_a_tool_withheld_at_the_next_start_still_runs_turns(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    description = tmp_path / "description.txt"
+    description.write_text("Look up a note by topic.", encoding="utf-8")
+    server = notes_server(tmp_path, NOTES_DESCRIPTION_FILE=str(description))
+    tables = agent_table("librarian", fake.base_url, server)
+    tools = [{"name": "notes__lookup", "trust": True}, {"name": "notes__add", "trust": True}]
+    async with running(tmp_path, tables, RecordingGuardian()) as client:
+        created = await client.post(
+            "/sessions", json={"agent": {"name": "librarian", "tools": tools}}
+        )
+        assert created.status_code == 201, created.text
+    session_id = created.json()["sessionId"]
+    # Restarted with the server now injecting in `lookup`'s description.
+    description.write_text(INJECTED, encoding="utf-8")
+    fake.script(text_reply("Hello again."))
+    async with running(tmp_path, tables, RecordingGuardian()) as client:
+        response = await client.post(
+            f"/sessions/{session_id}/turns", json={"messages": [{"role": "user", "content": "Hi"}]}
+        )
+
+    assert response.status_code == 200, response.text
+    assert response.json()["messages"][0]["content"] == "Hello again."
+    assert offered(fake.requests[0].body) == ["notes__add"]
+    assert "evil.example" not in json.dumps(fake.requests[0].body)
