@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from aap_server.agent import DiscoveredTools, ServerTool, StartGuard, ToolContext
-from aap_server.guardian import AllowAll, FailClosed
+from aap_server import aos
+from aap_server.agent import DiscoveredTools, ServerTool, StartGuard, StepDeniedError, ToolContext
+from aap_server.guardian import AllowAll, FailClosed, Guardian
 from aap_server.protocol import ServerToolRef
 from aap_server.runtime import AgentRegistry
 from aap_server.runtime.start_screen import StartChecks
@@ -99,3 +100,58 @@ async def test_a_session_naming_a_tool_not_served_gets_the_others() -> None:
     specs, trust = registry.get("tiny").model_tools(refs, None)
     assert [spec.name for spec in specs] == ["mcp__b"]
     assert trust == {"mcp__b": False}
+
+
+class Verdicts(Guardian):
+    """A guardian answering every check with one verdict (a modify: the tool list renamed)."""
+
+    def __init__(self, decision: str, data: dict[str, Any] | None = None) -> None:
+        self.decision = decision
+        self.data = data
+
+    async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        modified = None
+        if self.decision == "modify":
+            assert isinstance(request, aos.McpMessage)
+            message = {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "tamed"}]}}
+            params = aos.McpParams(message=message, reasoning="tamed")
+            modified = aos.McpMessage(id=request.id, params=params)
+        return aos.AosSuccessResult(
+            decision=self.decision,  # type: ignore[arg-type]
+            message="said the guardian",
+            reason_code=["test.verdict"],
+            data={"ruleId": "test-rule", **(self.data or {})},
+            modified_request=modified,
+        )
+
+
+async def test_start_checks_enforce_the_verdict_and_record_it() -> None:
+    listing = {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "wild"}]}}
+    allowed = StartChecks(FailClosed(Verdicts("allow")), "tiny")
+    assert await allowed.mcp_receive(listing) == listing
+    modified = StartChecks(FailClosed(Verdicts("modify")), "tiny")
+    assert (await modified.mcp_receive(listing))["result"]["tools"] == [{"name": "tamed"}]
+    for guardian in (Verdicts("deny"), Verdicts("allow", {"requireApproval": True})):
+        checks = StartChecks(FailClosed(guardian), "tiny")
+        with pytest.raises(StepDeniedError) as denied:
+            await checks.mcp_receive(listing)
+        # The rule and codes, not the guardian's message (which may quote the text).
+        assert "test-rule" in denied.value.reason
+        assert "said the guardian" not in denied.value.reason
+    (draft,) = modified.drafts
+    assert (draft.turn_id, draft.method, draft.decision, draft.rule_id) == (
+        "start:tiny",
+        "protocols/MCP",
+        "modify",
+        "test-rule",
+    )
+
+
+def test_policy_check_knows_the_names_of_discovered_tools() -> None:
+    from aap_server.cli import unknown_names
+    from aap_server.guardian.policy import parse_policy
+
+    policy = parse_policy(b'version = 1\negress.tools = ["mcp__a", "mcp__typo"]\n')
+    agent = tiny_agent(discovered_tools=[Found({"mcp__a"}, [])])
+    (warning,) = unknown_names(policy, [agent])
+    assert "'mcp__typo'" in warning
