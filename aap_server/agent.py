@@ -61,6 +61,7 @@ __all__ = [
     "Consequence",
     "Content",
     "ContentBlock",
+    "DiscoveredTools",
     "Empty",
     "HistoryCapabilities",
     "HistoryMessage",
@@ -79,6 +80,7 @@ __all__ = [
     "SecretAgentOption",
     "SelectAgentOption",
     "ServerTool",
+    "StartGuard",
     "StepDeniedError",
     "StreamCapabilities",
     "SystemMessage",
@@ -311,6 +313,33 @@ class ServerTool:
         )
 
 
+class StartGuard(abc.ABC):
+    """The guardian's checks of what an agent receives before the server serves it (at start:
+    there is no session yet)."""
+
+    @abc.abstractmethod
+    async def mcp_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Guard an inbound MCP message; returns what may be used or raises StepDeniedError
+        (whose reason names the guardian's rule, never the message's text)."""
+
+
+class DiscoveredTools(abc.ABC):
+    """Server tools whose names, descriptions and schemas come from outside the server (an MCP
+    server's tool list): text a model would read. They are not in `Agent.tools`: the server
+    screens them once at start, before any of them is offered to a model or shown in `/meta`,
+    and serves the tools `screen` returns. A tool it leaves out, or all of them if screening
+    fails, is not served."""
+
+    @property
+    @abc.abstractmethod
+    def names(self) -> frozenset[str]:
+        """The agent's names of these tools (all of them, screened or not)."""
+
+    @abc.abstractmethod
+    async def screen(self, guard: StartGuard) -> list[ServerTool]:
+        """The tools to serve: those the guardian let through, as it let them through."""
+
+
 # --- Knowledge, memory, compaction -----------------------------------------------------------
 
 
@@ -406,6 +435,9 @@ class Agent:
         default_factory=lambda: AgentCapabilities(stream=StreamCapabilities(none=Empty()))
     )
     tools: list[ServerTool] = field(default_factory=list)
+    # Tools found outside the server (e.g. an `McpToolset`), served once the guardian has
+    # screened them at start (see `DiscoveredTools`).
+    discovered_tools: list[DiscoveredTools] = field(default_factory=list)
     compaction: CompactionStrategy | None = None
     knowledge: Knowledge | None = None
     memory: Memory | None = None
@@ -418,7 +450,8 @@ class Agent:
 
     @property
     def info(self) -> AgentInfo:
-        """What `GET /meta` says of this agent."""
+        """What `GET /meta` says of this agent, less its `discovered_tools` (the registry adds
+        those the guardian let through)."""
         exposed = [tool.spec for tool in self.tools if tool.exposed]
         return AgentInfo(
             name=self.name,

@@ -218,6 +218,8 @@ def unknown_names(policy: Policy, agents: list[Agent]) -> list[str]:
     agent_names = sorted(agent.name for agent in agents)
     # Built-in tools (`aom_invoke`, ...) are real names too: any declared agent can enable them.
     tool_names = sorted({tool.name for agent in agents for tool in agent.tools} | {*BUILTIN_TOOLS})
+    # An MCP server's tools, screened at start, are names too (all of them, served or not).
+    tool_names += sorted(n for agent in agents for d in agent.discovered_tools for n in d.names)
     known = {"agent": agent_names, "tool": tool_names}
     warnings = []
 

@@ -43,6 +43,7 @@ from aap_server.guardian.remote import RemoteGuardian
 from aap_server.runtime import AapService, AgentRegistry, RequestLimits
 from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.loading import load_agents
+from aap_server.runtime.start_screen import screen_discovered_tools
 from aap_server.store import SessionStore, StoreLimits
 from aap_server.store.select import store_for_db
 from aap_server.telemetry import Telemetry, provider_from_environment, tracer_of
@@ -213,6 +214,8 @@ def create_app(
 
     async def open_store() -> None:
         await store.open()
+        # Before serving: tools found outside (MCP servers' lists) pass the guardian first.
+        await screen_discovered_tools(service.registry, service.guardian, store)
         log_banner(
             settings,
             hosted_agents,

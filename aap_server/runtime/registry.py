@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Sequence
 
-from aap_server.agent import Agent, ServerTool
+from aap_server.agent import Agent, ServerTool, StartGuard
 from aap_server.protocol import (
     AgentConfig,
     AgentInfo,
@@ -15,6 +17,8 @@ from aap_server.protocol import (
 from aap_server.runtime.errors import InvalidRequestError, NotFoundError
 from aap_server.runtime.principal import Principal
 from aap_server.toolkits.memory import MemoryRecord, SqliteMemory
+
+logger = logging.getLogger("aap_server")
 
 SECRET_PLACEHOLDER = "***"  # noqa: S105 - the mask shown instead of a secret
 
@@ -28,9 +32,14 @@ def redact_all(config: AgentConfig) -> AgentConfig:
 
 
 class HostedAgent:
-    """One agent with the lookups the runtime needs precomputed."""
+    """One agent with the lookups the runtime needs precomputed. Its tools are the declared
+    ones and the `screened` ones (of its `discovered_tools`, as the guardian let them through):
+    a discovered tool not screened is neither offered to the model nor shown."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, screened: Sequence[ServerTool] = ()) -> None:
+        self.declared = agent
+        if screened:
+            agent = dataclasses.replace(agent, tools=[*agent.tools, *screened])
         self.agent = agent
         self.info: AgentInfo = agent.info
         self.tools_by_name: dict[str, ServerTool] = {tool.name: tool for tool in agent.tools}
@@ -66,7 +75,9 @@ class HostedAgent:
         Unexposed tools are always on and run inline (trusted)."""
         trust = {tool.name: True for tool in self.agent.tools if not tool.exposed}
         for ref in refs or []:
-            trust[ref.name] = ref.trust
+            # A stored session may name a tool no longer served (withheld at this start).
+            if ref.name in self.tools_by_name:
+                trust[ref.name] = ref.trust
         specs = [self.tools_by_name[name].spec for name in trust]
         specs.extend(client_tools or [])
         return specs, trust
@@ -94,6 +105,31 @@ class AgentRegistry:
 
     def find(self, name: str) -> HostedAgent | None:
         return self._agents.get(name)
+
+    async def screen_discovered_tools(self, guard_of: Callable[[str], StartGuard]) -> None:
+        """Serve each agent's discovered tools (`Agent.discovered_tools`, e.g. an MCP server's)
+        that the guardian lets through, `guard_of(agent name)` screening them. A screen that
+        fails serves none of its tools (logged): never its tools unscreened."""
+        for name, hosted in list(self._agents.items()):
+            agent = hosted.declared
+            taken = {tool.name for tool in agent.tools}
+            screened: list[ServerTool] = []
+            for discovered in agent.discovered_tools:
+                try:
+                    tools = await discovered.screen(guard_of(name))
+                except Exception:
+                    logger.exception(
+                        "agent %r: screening its tools %s failed; they are not served",
+                        name,
+                        ", ".join(sorted(discovered.names)),
+                    )
+                    continue
+                for tool in tools:  # only the tools it named, and not over a declared one
+                    if tool.name in discovered.names and tool.name not in taken:
+                        screened.append(tool)
+                        taken.add(tool.name)
+            self._agents[name] = HostedAgent(agent, screened)
+        self.infos = [hosted.info for hosted in self._agents.values()]
 
     # --- long-term memory, as its principal sees it (GET/DELETE /memories) ------------------
 

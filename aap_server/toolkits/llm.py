@@ -661,7 +661,6 @@ def llm_agent(
     builtin = {**BUILTIN_TOOLS, **{tool.name: tool for tool in aom_tools(aom)}}
     all_tools = [
         *(builtin[name] for name in spec.tools),
-        *(tool for toolset in toolsets for tool in toolset.tools),
         *(peer.tool for peer in peers),
         *([search_knowledge_tool()] if knowledge else []),
         *([remember_tool()] if memory else []),
@@ -672,10 +671,11 @@ def llm_agent(
         return frozenset().union(*(toolset.withheld for toolset in toolsets))
 
     seen: set[str] = set()
-    for tool in all_tools:
-        if tool.name in seen:
-            raise ValueError(f"tools: two tools are named {tool.name!r}")
-        seen.add(tool.name)
+    # MCP tools are served once the guardian has screened them (`discovered_tools`).
+    for name in [tool.name for tool in all_tools] + [n for t in toolsets for n in sorted(t.names)]:
+        if name in seen:
+            raise ValueError(f"tools: two tools are named {name!r}")
+        seen.add(name)
     return Agent(
         name=spec.name,
         version=spec.version,
@@ -693,6 +693,7 @@ def llm_agent(
             image=ImageCapabilities(http=Empty(), data=Empty()) if spec.images else None,
         ),
         tools=all_tools,
+        discovered_tools=list(toolsets),
         option_check=check_option,
         compaction=KeepRecentTurns(max_messages=spec.max_history_messages),
         knowledge=knowledge,

@@ -1,29 +1,39 @@
 """Server tools backed by MCP servers (stdio or streamable HTTP), through the official `mcp` SDK.
 
 `McpToolset(spec)` is one MCP server for one process: it lists the server's tools once at
-start (so `/meta` can show them) and pins each tool by the sha256 of its name, description and
-input schema. The serving connection is opened lazily, by the first call, in the server's own
-event loop, reused by every later call of every session, and closed by `aclose()` (the server
-calls it at shutdown through `Agent.close_hooks`).
+start and pins each tool by the sha256 of its name, description and input schema. What the
+server listed is untrusted text a model would read, so it is served only once the guardian has
+screened it (`screen`, the agent's `DiscoveredTools`, which the server runs at start before
+`/meta` or any model sees a tool): the list goes to the guardian as one inbound `tools/list`
+answer (`protocols/MCP`); a modified list is what is served; a denied one is screened tool by
+tool, each alone, and the tools the guardian lets through are screened again as one list (so
+what is served is always a list the guardian let through as a whole). A denied tool is not
+served (nor callable) and a warning names the server, the tool and the guardian's rule, never
+the text. A guardian that fails denies (fail closed): its tools are not served.
+
+The serving connection is opened lazily, by the first call, in the server's own event loop,
+reused by every later call of every session, and closed by `aclose()` (the server calls it at
+shutdown through `Agent.close_hooks`).
 
 Every MCP message of a call goes through the turn's guardian as `protocols/MCP`
 (`ToolContext.mcp_send` before it is sent, `ToolContext.mcp_receive` before it is used), as
 `specs/aos/extend_mcp.md` says: a denied request is not sent, a denied answer is not used, a
-modified one is sent or used as modified. Before a connection's first call its `tools/list` is
-compared with the pins: the tools whose description or schema changed since they were first
-seen (a "rug pull") are named in the answer's `_meta["aap-server/pinChanged"]` (the answer
-is the tools alone: a server's own `_meta` is not passed on), which the policy guardian reports
-as the finding
+modified one is sent or used as modified. Before a connection's first call its `tools/list`
+(the served tools: the others are not used) is compared with the pins: the tools whose
+description or schema changed since they were first seen (a "rug pull") are named in the
+answer's `_meta["aap-server/pinChanged"]` (the answer is the tools alone: a server's own
+`_meta` is not passed on), which the policy guardian reports as the finding
 `mcp.tool_changed`. The guardian decides: a denied list is not used (the call fails with the
 guardian's reason, and the changed tools are withheld from the model, `withheld`, until a later
 list is allowed); an allowed one lets the changed tools be called (the model still reads the
-pinned description). A server's `notifications/tools/list_changed` makes the next call list
-and compare again.
+description screened at start). A server's `notifications/tools/list_changed` makes the next
+call list and compare again.
 
 The guardian sees the JSON-RPC messages as the SDK sends them (method and params, and the
 result as the server returned it); the `id` is this toolset's own counter. The connection's
 `initialize` handshake is shown to the guardian as well (deny enforced; the SDK owns its
-content, so a modification of it is not applied).
+content, so a modification of it is not applied). The listing at start is not: it runs before
+the guardian is at hand, carries no user's data, and what it brings back is screened.
 """
 
 from __future__ import annotations
@@ -40,7 +50,14 @@ from typing import Any
 
 import msgspec
 
-from aap_server.agent import ServerTool, StepDeniedError, ToolContext, ToolError
+from aap_server.agent import (
+    DiscoveredTools,
+    ServerTool,
+    StartGuard,
+    StepDeniedError,
+    ToolContext,
+    ToolError,
+)
 
 __all__ = ["PIN_CHANGED", "McpServerSpec", "McpTool", "McpToolset", "tool_pin"]
 
@@ -143,6 +160,14 @@ def tool_pin(tool: McpTool) -> str:
     read = [tool.name, tool.description, tool.input_schema]
     canonical = msgspec.json.encode(read, order="sorted")
     return hashlib.sha256(canonical).hexdigest()
+
+
+def _wire(tool: McpTool) -> dict[str, Any]:
+    """A tool as an MCP server lists it (camelCase, no unset title)."""
+    listed: dict[str, Any] = msgspec.to_builtins(tool)
+    if listed.get("title") is None:
+        listed.pop("title", None)
+    return listed
 
 
 def _listed(result: dict[str, Any]) -> list[McpTool]:
@@ -280,7 +305,7 @@ async def _list_all(session: Any, max_tools: int, server: str) -> dict[str, Any]
             return {"tools": tools}
 
 
-class McpToolset:
+class McpToolset(DiscoveredTools):
     """The tools of one MCP server as server tools (see the module docstring)."""
 
     def __init__(self, spec: McpServerSpec, *, discover: bool = True) -> None:
@@ -295,6 +320,10 @@ class McpToolset:
         # Tools whose changed listing the guardian denied: not offered to the model.
         self._refused: set[str] = set()
         self._message_id = 0
+        # The server's tools (those the spec selects) as it listed them at start.
+        self._discovered: list[dict[str, Any]] = []
+        self._names: frozenset[str] = frozenset()
+        # The tools served, as the guardian let them through at start (none until screened).
         self.listed: list[McpTool] = []
         self._live: Any = None
         if discover:
@@ -302,10 +331,10 @@ class McpToolset:
 
     # --- start ------------------------------------------------------------------------------
 
-    def discover(self) -> list[McpTool]:
-        """The server's tools, listed once over a short-lived connection (in a thread with its
-        own event loop, so it works whether or not the caller runs one). Raises ValueError
-        naming the server when it cannot be reached or lists too many tools."""
+    def discover(self) -> list[dict[str, Any]]:
+        """The server's tools as it lists them, listed once over a short-lived connection (in a
+        thread with its own event loop, so it works whether or not the caller runs one). Raises
+        ValueError naming the server when it cannot be reached or lists too many tools."""
         outcome: list[Any] = []
 
         async def list_once() -> None:
@@ -333,10 +362,16 @@ class McpToolset:
             raise ValueError(
                 f"mcp_servers ({self.spec.name!r}): cannot list its tools: {result!r}"
             ) from (result if isinstance(result, BaseException) else None)
-        return _listed(result)
+        tools: list[dict[str, Any]] = result.get("tools", [])
+        return tools
 
-    def pin(self, tools: list[McpTool]) -> None:
-        """Pin these tools (those the spec selects) as first seen."""
+    def pin(self, listed: list[dict[str, Any]]) -> None:
+        """Pin these tools (those the spec selects, as the server listed them) as first seen.
+        None is served until `screen`."""
+        try:
+            tools = _listed({"tools": listed})
+        except ToolError as error:
+            raise ValueError(f"mcp_servers ({self.spec.name!r}): {error}") from error
         wanted = self.spec.tools
         if wanted is not None:
             missing = sorted(set(wanted) - {tool.name for tool in tools})
@@ -345,9 +380,88 @@ class McpToolset:
                     f"mcp_servers ({self.spec.name!r}): tools: the server has no tool "
                     f"{', '.join(map(repr, missing))}"
                 )
-            tools = [tool for tool in tools if tool.name in wanted]
-        self.listed = tools
-        self.pins = {tool.name: tool_pin(tool) for tool in tools}
+        picked = [i for i, tool in enumerate(tools) if wanted is None or tool.name in wanted]
+        self._discovered = [listed[i] for i in picked]
+        self.pins = {tools[i].name: tool_pin(tools[i]) for i in picked}
+        self._names = frozenset(self._agent_name(tools[i].name) for i in picked)
+        self.listed = []
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The agent's names (`<server>__<tool>`) of every tool pinned, served or not."""
+        return self._names
+
+    def _agent_name(self, tool: str) -> str:
+        name = f"{self.spec.name}{SEPARATOR}{tool}"
+        if len(name) > MAX_TOOL_NAME or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise ValueError(
+                f"mcp_servers ({self.spec.name!r}): tool {tool!r} gives the name {name!r}, "
+                f"which is not 1-{MAX_TOOL_NAME} letters, digits, '_' or '-'"
+            )
+        return name
+
+    async def screen(self, guard: StartGuard) -> list[ServerTool]:
+        """Screen the tools listed at start through the guardian (see the module docstring)
+        and serve those it lets through; returns them as server tools."""
+        served = await self._screened(guard, self._discovered)
+        if served is None and len(self._discovered) > 1:
+            alone: list[McpTool] = []
+            for listed in self._discovered:
+                alone += await self._screened(guard, [listed]) or []
+            served = alone
+            if len(alone) > 1:  # what is served is a list the guardian let through as a whole
+                served = await self._screened(guard, [_wire(tool) for tool in alone])
+                if served is None:
+                    for tool in alone:
+                        self._withhold(tool.name, "denied with the others as one list")
+        self.listed = served or []
+        return self.tools
+
+    async def _screened(
+        self, guard: StartGuard, listed: list[dict[str, Any]]
+    ) -> list[McpTool] | None:
+        """These tools as one inbound `tools/list` answer through the guardian: the tools it
+        lets through, as it lets them through (a modified answer can drop or change tools of
+        this list, not add any), or None when it denies the answer (the tools, if one, are
+        logged as withheld)."""
+        names = [str(tool.get("name")) for tool in listed]
+        answer = {"jsonrpc": "2.0", "id": self._next_id(), "result": {"tools": listed}}
+        try:
+            used = await guard.mcp_receive(answer)
+        except StepDeniedError as error:
+            if len(listed) == 1:
+                self._withhold(names[0], error.reason)
+            else:
+                logger.warning(
+                    "MCP server %r: the guardian denied its tool list at start (%s); screening "
+                    "each tool alone",
+                    self.spec.name,
+                    error.reason,
+                )
+            return None
+        result = used.get("result")
+        try:
+            tools = _listed(result if isinstance(result, dict) else {"tools": None})
+        except ToolError:
+            for name in names:
+                self._withhold(name, "the guardian's modified tool list is malformed")
+            return None
+        kept: dict[str, McpTool] = {}
+        for tool in tools:
+            if tool.name in names and tool.name not in kept:
+                kept[tool.name] = tool
+        for name in names:
+            if name not in kept:
+                self._withhold(name, "the guardian's modified tool list leaves it out")
+        return list(kept.values())
+
+    def _withhold(self, tool: str, why: str) -> None:
+        logger.warning(
+            "MCP server %r: tool %r is withheld (not offered to the model nor shown in /meta): %s",
+            self.spec.name,
+            tool,
+            why,
+        )
 
     @property
     def withheld(self) -> frozenset[str]:
@@ -357,16 +471,11 @@ class McpToolset:
 
     @property
     def tools(self) -> list[ServerTool]:
-        """The pinned tools as the agent's server tools, named `<server>__<tool>`."""
+        """The served tools as the agent's server tools, named `<server>__<tool>`."""
         return [self._server_tool(tool) for tool in self.listed]
 
     def _server_tool(self, tool: McpTool) -> ServerTool:
-        name = f"{self.spec.name}{SEPARATOR}{tool.name}"
-        if len(name) > MAX_TOOL_NAME or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-            raise ValueError(
-                f"mcp_servers ({self.spec.name!r}): tool {tool.name!r} gives the name {name!r}, "
-                f"which is not 1-{MAX_TOOL_NAME} letters, digits, '_' or '-'"
-            )
+        name = self._agent_name(tool.name)
         schema = tool.input_schema or {"type": "object", "properties": {}}
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -434,6 +543,13 @@ class McpToolset:
         request = {"jsonrpc": "2.0", "id": self._next_id(), "method": "tools/list"}
         await context.mcp_send(request)
         listing = await _list_all(session, self.spec.max_tools, self.spec.name)
+        # Only the served tools are used: the others' text reaches no model.
+        served = {tool.name for tool in self.listed}
+        listing["tools"] = [
+            listed
+            for listed in listing["tools"]
+            if isinstance(listed, dict) and listed.get("name") in served
+        ]
         seen = {tool.name: tool_pin(tool) for tool in _listed(listing)}
         # A tool the server no longer lists is not a change to guard: its calls fail there.
         changed = {
@@ -461,6 +577,8 @@ class McpToolset:
 
     async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> str:
         """Call one tool: the request and its answer each go through the guardian."""
+        if all(served.name != tool for served in self.listed):
+            raise ToolError(f"MCP tool {tool!r} of {self.spec.name!r} is not served")
         session = await self._session(context)
         request: dict[str, Any] = {
             "jsonrpc": "2.0",
