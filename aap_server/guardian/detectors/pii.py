@@ -420,7 +420,12 @@ def _ips(v: TextViews) -> list[Finding]:
 
 
 def scan_pii_views(v: TextViews) -> list[Finding]:
-    """Every PII hit in the text (overlaps are resolved by the caller)."""
+    """Every PII hit in the text, looked for in its normalised view (a card written with
+    no-break spaces or full-width digits is a card); overlaps are resolved by the caller."""
+    return v.to_original(_scan(v.normal))
+
+
+def _scan(v: TextViews) -> list[Finding]:
     text = v.text
     out = _cards(v) + _ibans(v) + _ssns(v) + _phones(v) + _ips(v)
     if "@" in text:

@@ -17,9 +17,16 @@ from aap_server.guardian.detectors.secret_formats import (
     scan_secrets_views,
 )
 
+
+def _secrets_normalised(v: TextViews) -> list[Finding]:
+    """Secrets in the normalised view: a token split by a zero-width space or written in
+    full-width letters is still that token (spans are the original text's)."""
+    return v.to_original(scan_secrets_views(v.normal))
+
+
 _FAMILIES: dict[Category, Callable[[TextViews], list[Finding]]] = {
     "pii": scan_pii_views,
-    "secret": scan_secrets_views,
+    "secret": _secrets_normalised,
     "injection": scan_injection_views,
 }
 _TEXT_CATEGORIES: tuple[Category, ...] = ("pii", "secret", "injection")
