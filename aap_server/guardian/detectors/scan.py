@@ -156,8 +156,8 @@ class FamilyDetector:
 
 DESCRIPTIONS: dict[str, str] = {
     "pii.email": "e-mail address",
-    "pii.phone": "phone number (international, North American or national trunk-0 format)",
-    "pii.card": "payment card number (issuer prefix, length and Luhn checked)",
+    "pii.phone": "phone number (valid in its country's number plan, written as phone numbers are)",
+    "pii.card": "payment card number (brand prefix ranges, lengths and Luhn checked)",
     "pii.iban": "IBAN (country length and mod-97 checked)",
     "pii.ssn": "US social security number (area/group/serial rules checked)",
     "pii.ip": "IPv4 or IPv6 address (not loopback, unspecified or netmask)",
