@@ -196,12 +196,14 @@ _CONFUSABLES = {chr(int(pair[:4], 16)): pair[4:] for pair in _CONFUSABLE_PAIRS.s
 _CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
 _CONFUSABLE = re.compile("[" + "".join(_CONFUSABLES) + "]")
 _RUNS = re.compile(f"([{_INVISIBLE}]+)|[^\x00-\x7f{_INVISIBLE}]+")
-_SPECIAL = re.compile(f"[{_DASHES}{_SPACES}]")
-_WORDS = re.compile(r"\w+")
+_CONFUSABLE_RUN = re.compile(_CONFUSABLE.pattern + "+")
+_ASCII_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_WORD_REST = re.compile(r"\w*")
+# Looked back this far for the start of a mixed word (a longer run is no word to spell).
+_MAX_FOLDED_WORD = 64
 _INVISIBLE_ONE = re.compile(f"[{_INVISIBLE}]")
 _SPACE_ONE = re.compile(f"[{_SPACES}]")
 _DASH_ONE = re.compile(f"[{_DASHES}]")
-_ASCII_LETTER = re.compile("[A-Za-z]")
 # Characters already folded (bounded: past it, folding is recomputed).
 _FOLD_CACHE_SIZE = 65_536
 _FOLDED: dict[str, str] = {}
@@ -227,12 +229,59 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
     """The text as a reader sees it, for the detectors: NFKC (full-width forms, ligatures,
     styled letters), invisible characters dropped, Unicode spaces as ` `, dashes as `-`,
     Latin look-alikes folded inside words that have Latin letters. `None` when that is the
-    text itself. One pass over the non-ASCII runs (ASCII is copied), so linear."""
+    text itself. Linear: C-speed passes (`translate`, `is_normalized`, regex searches), and
+    Python only over the runs that do change length (invisible or compatibility forms)."""
     if text.isascii():
         return None
+    # Spaces and dashes, one for one (same offsets); `sub` is C-speed where `translate` with
+    # a mapping is not.
+    plain = _DASH_ONE.sub("-", _SPACE_ONE.sub(" ", text))
+    changed = plain != text
     offsets = OffsetMap()
+    if _INVISIBLE_ONE.search(plain) or not unicodedata.is_normalized("NFKC", plain):
+        plain = _fold_runs(plain, offsets)
+        changed = True
+    if _CONFUSABLE.search(plain):
+        folded = _fold_mixed_words(plain)
+        if folded is not plain:
+            changed = True
+            plain = folded
+    return (plain, offsets) if changed else None
+
+
+def _fold_mixed_words(text: str) -> str:
+    """Look-alikes folded to Latin in the words that mix them with ASCII letters or digits.
+    Such a word has a look-alike next to an ASCII word character (if all its other letters
+    are look-alikes), so only those places are looked at, and each word once."""
     pieces: list[str] = []
-    changed = False
+    last = 0
+    size = len(text)
+    for m in _CONFUSABLE_RUN.finditer(text):
+        if m.start() < last:
+            continue
+        before, after = m.start() - 1, m.end()
+        if not (
+            (before >= 0 and text[before] in _ASCII_WORD)
+            or (after < size and text[after] in _ASCII_WORD)
+        ):
+            continue
+        start = m.start()
+        low = max(last, start - _MAX_FOLDED_WORD)
+        while start > low and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        end = _WORD_REST.match(text, m.start()).end()  # type: ignore[union-attr]
+        pieces += [text[last:start], text[start:end].translate(_CONFUSABLE_TABLE)]
+        last = end
+    if not pieces:
+        return text
+    return "".join(pieces) + text[last:]
+
+
+def _fold_runs(text: str, offsets: OffsetMap) -> str:
+    """`text` with invisible characters dropped and each character NFKC-folded (`_fold`),
+    breakpoints in `offsets` where lengths change. Only non-ASCII runs that are not already
+    NFKC are folded character by character."""
+    pieces: list[str] = []
     length = last = 0
     for m in _RUNS.finditer(text):
         start, end = m.span()
@@ -242,10 +291,9 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
         last = end
         if m.group(1) is not None:  # only invisible characters: dropped
             offsets.mark(length, end)
-            changed = True
             continue
         run = m.group()
-        if not _SPECIAL.search(run) and unicodedata.is_normalized("NFKC", run):
+        if unicodedata.is_normalized("NFKC", run):
             pieces.append(run)
             length += len(run)
             continue
@@ -255,8 +303,6 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
                 folded = _fold(ch)
                 if len(_FOLDED) < _FOLD_CACHE_SIZE:
                     _FOLDED[ch] = folded
-            if folded != ch:
-                changed = True
             if len(folded) == 1:
                 pieces.append(folded)
                 length += 1
@@ -267,19 +313,4 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
             length += len(folded)
             offsets.mark(length, i + 1)
     pieces.append(text[last:])
-    folded_text = "".join(pieces)
-    if _CONFUSABLE.search(folded_text):
-        words = []
-        last = 0
-        for m in _WORDS.finditer(folded_text):
-            word = m.group()
-            if word.isascii() or not _CONFUSABLE.search(word):
-                continue
-            latin = word.translate(_CONFUSABLE_TABLE)
-            if _ASCII_LETTER.search(word):
-                words += [folded_text[last : m.start()], latin]
-                last = m.end()
-        if words:
-            changed = True
-            folded_text = "".join(words) + folded_text[last:]
-    return (folded_text, offsets) if changed else None
+    return "".join(pieces)
