@@ -202,6 +202,11 @@ _WORD_REST = re.compile(r"\w*")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
 _INVISIBLE_ONE = re.compile(f"[{_INVISIBLE}]")
+_SPACE_CODES = (0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
+_DASH_CODES = (*range(0x2010, 0x2016), 0x2043, 0x2212, 0x2E3A, 0x2E3B, 0xFE58, 0xFE63, 0xFF0D)
+_ONE_FOR_ONE = tuple((chr(c), " ") for c in _SPACE_CODES) + tuple(
+    (chr(c), "-") for c in _DASH_CODES
+)
 _SPACE_ONE = re.compile(f"[{_SPACES}]")
 _DASH_ONE = re.compile(f"[{_DASHES}]")
 # Characters already folded (bounded: past it, folding is recomputed).
@@ -233,10 +238,13 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
     Python only over the runs that do change length (invisible or compatibility forms)."""
     if text.isascii():
         return None
-    # Spaces and dashes, one for one (same offsets); `sub` is C-speed where `translate` with
-    # a mapping is not.
-    plain = _DASH_ONE.sub("-", _SPACE_ONE.sub(" ", text))
-    changed = plain != text
+    # Spaces and dashes, one for one (same offsets): a `find` per character is faster on
+    # non-ASCII text than a character-class search or `translate` with a mapping.
+    plain = text
+    for special, plain_form in _ONE_FOR_ONE:
+        if special in plain:
+            plain = plain.replace(special, plain_form)
+    changed = plain is not text
     offsets = OffsetMap()
     if _INVISIBLE_ONE.search(plain) or not unicodedata.is_normalized("NFKC", plain):
         plain = _fold_runs(plain, offsets)
