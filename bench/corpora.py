@@ -3,7 +3,8 @@ a user meets it: every item sent to a real aap-server through `POST /aos`.
 
     python bench/corpora.py [--corpora DIR] [--misses N] [--only PREFIX] [--no-own]
 
-Each item goes in a fresh session, as the step(s) its kind travels in:
+Each item goes in a fresh session, as the step(s) its kind travels in (each corpus and way
+against a server of its own):
 
 - injections (and their benign contexts): a tool result, a retrieved knowledge chunk, an
   inbound MCP tool result;
@@ -25,12 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import sys
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,63 +129,88 @@ def group_of(item: dict[str, Any]) -> str:
     return str(item.get("provider") or item.get("entity") or item.get("family") or "-")
 
 
-async def run(base: str, directory: Path, misses: int, only: str | None) -> None:
+@contextlib.contextmanager
+def fresh_server() -> Iterator[str]:
+    """A server of its own (own database, own guardian memory) for one corpus and way: the
+    sessions one way leaves behind (tainted by untrusted content, forgotten past the caller's
+    cap, which fails closed) must not change how the next way is judged."""
+    with tempfile.TemporaryDirectory() as workdir:
+        env = {
+            "AAP_DB": str(Path(workdir) / "corpora.db"),
+            "AAP_LOG_LEVEL": "warning",
+            # The corpora are scored, not throttled: the per-principal rate limit is off.
+            "AAP_RATE_LIMIT_PER_SECOND": "0",
+        }
+        process, base = start_server(env)
+        try:
+            yield base
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+async def run(directory: Path, misses: int, only: str | None) -> None:
     number = 0
-    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-        semaphore = asyncio.Semaphore(8)
+    semaphore = asyncio.Semaphore(8)
 
-        async def judge(item: dict[str, Any], way: str) -> tuple[dict[str, Any], str, bool]:
-            nonlocal number
-            number += 1
-            verdict: dict[str, Any] = {}
-            async with semaphore:
-                for request in requests_for(way, item, _steps(number)):
-                    response = await client.post(
-                        "/aos",
-                        content=msgspec.json.encode(request),
-                        headers={"Content-Type": "application/json"},
+    async def judge(
+        client: httpx.AsyncClient, item: dict[str, Any], way: str
+    ) -> tuple[dict[str, Any], str, bool]:
+        nonlocal number
+        number += 1
+        # Built now: `number` moves on while this waits for the semaphore.
+        requests = requests_for(way, item, _steps(number))
+        verdict: dict[str, Any] = {}
+        async with semaphore:
+            for request in requests:
+                response = await client.post(
+                    "/aos",
+                    content=msgspec.json.encode(request),
+                    headers={"Content-Type": "application/json"},
+                )
+                verdict = response.json()["result"]
+        hit = (
+            stopped(item, verdict)
+            if item["label"] == "attack"
+            else (verdict["decision"] != "allow")
+        )
+        return item, way, hit
+
+    print("| corpus | way | attacks stopped | benign altered |")
+    print("|---|---|---:|---:|")
+    missed: dict[str, Counter[str]] = defaultdict(Counter)
+    wrong: dict[str, list[str]] = defaultdict(list)
+    for corpus, items in load(directory, only).items():
+        for way in CORPUS_WAYS.get(corpus, ("reply",)):
+            with fresh_server() as base:
+                async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                    results = await asyncio.gather(*(judge(client, item, way) for item in items))
+            attacks = [hit for item, _, hit in results if item["label"] == "attack"]
+            benign = [hit for item, _, hit in results if item["label"] == "benign"]
+            for item, _, hit in results:
+                if item["label"] == "attack" and not hit:
+                    missed[corpus][group_of(item)] += 1
+                    wrong[corpus].append(f"MISS {way}: {item['id']}")
+                elif item["label"] == "benign" and hit:
+                    wrong[corpus].append(f"ALTERED {way}: {item['id']}")
+            print(f"| {corpus} | {way} | {_rate(attacks)} | {_rate(benign)} |")
+            if corpus.startswith("pii"):
+                for entity in sorted({str(item.get("entity")) for item, _, _ in results}):
+                    of = [(i, h) for i, _, h in results if i.get("entity") == entity]
+                    kind_attacks = [h for i, h in of if i["label"] == "attack"]
+                    kind_benign = [h for i, h in of if i["label"] == "benign"]
+                    print(
+                        f"| {corpus} | {way}: {entity} | {_rate(kind_attacks)} "
+                        f"| {_rate(kind_benign)} |"
                     )
-                    verdict = response.json()["result"]
-            hit = (
-                stopped(item, verdict)
-                if item["label"] == "attack"
-                else (verdict["decision"] != "allow")
-            )
-            return item, way, hit
-
-        print("| corpus | way | attacks stopped | benign altered |")
-        print("|---|---|---:|---:|")
-        missed: dict[str, Counter[str]] = defaultdict(Counter)
-        wrong: dict[str, list[str]] = defaultdict(list)
-        for corpus, items in load(directory, only).items():
-            for way in CORPUS_WAYS.get(corpus, ("reply",)):
-                results = await asyncio.gather(*(judge(item, way) for item in items))
-                attacks = [hit for item, _, hit in results if item["label"] == "attack"]
-                benign = [hit for item, _, hit in results if item["label"] == "benign"]
-                for item, _, hit in results:
-                    if item["label"] == "attack" and not hit:
-                        missed[corpus][group_of(item)] += 1
-                        wrong[corpus].append(f"MISS {way}: {item['id']}")
-                    elif item["label"] == "benign" and hit:
-                        wrong[corpus].append(f"ALTERED {way}: {item['id']}")
-                print(f"| {corpus} | {way} | {_rate(attacks)} | {_rate(benign)} |")
-                if corpus.startswith("pii"):
-                    for entity in sorted({str(item.get("entity")) for item, _, _ in results}):
-                        of = [(i, h) for i, _, h in results if i.get("entity") == entity]
-                        kind_attacks = [h for i, h in of if i["label"] == "attack"]
-                        kind_benign = [h for i, h in of if i["label"] == "benign"]
-                        print(
-                            f"| {corpus} | {way}: {entity} | {_rate(kind_attacks)} "
-                            f"| {_rate(kind_benign)} |"
-                        )
-        for corpus, counter in missed.items():
-            top = ", ".join(f"{name} {n}" for name, n in counter.most_common(25))
-            print(f"\nmissed in {corpus} by group: {top}")
-        if misses:
-            for corpus, lines in wrong.items():
-                print(f"\n{corpus}:")
-                for line in sorted(set(lines))[:misses]:
-                    print("  " + line)
+    for corpus, counter in missed.items():
+        top = ", ".join(f"{name} {n}" for name, n in counter.most_common(25))
+        print(f"\nmissed in {corpus} by group: {top}")
+    if misses:
+        for corpus, lines in wrong.items():
+            print(f"\n{corpus}:")
+            for line in sorted(set(lines))[:misses]:
+                print("  " + line)
 
 
 def _pct(hits: list[bool]) -> str:
@@ -259,19 +286,7 @@ def main() -> None:
     parser.add_argument("--no-own", action="store_true", help="skip the project's corpus")
     parser.add_argument("--only", help="only the corpora whose name starts with this")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as workdir:
-        env = {
-            "AAP_DB": str(Path(workdir) / "corpora.db"),
-            "AAP_LOG_LEVEL": "warning",
-            # The corpora are scored, not throttled: the per-principal rate limit is off.
-            "AAP_RATE_LIMIT_PER_SECOND": "0",
-        }
-        process, base = start_server(env)
-        try:
-            asyncio.run(run(base, args.corpora, args.misses, args.only))
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    asyncio.run(run(args.corpora, args.misses, args.only))
     detector_table(args.corpora, args.only)
     if not args.no_own:
         own_corpus()

@@ -215,42 +215,67 @@ def _phones(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     for cand in _PHONE_RUN.finditer(shape):
         start, end = cand.span()
-        if start > 0 and shape[start - 1] == 0x28:  # (
-            start -= 1
-        plus = start > 0 and shape[start - 1] == 0x2B  # +
-        if plus:
-            start -= 1
-        elif start >= 2 and shape[start - 1] == 0x20 and shape[start - 2] == 0x2B:
-            start, plus = start - 2, True  # `+ 44 …`
-        if _glued_before(shape, start, b".-/+" if not plus else b""):
-            continue
-        if not plus and start >= 2 and shape[start - 1] in b".-/" and shape[start - 2] in _WORD:
-            continue  # `XR-2045-1180`: the digits of a code
-        if plus and start > 0 and shape[start - 1] in _WORD_PLUS:
-            continue
-        if _glued_after(shape, end, b".-/"):
-            continue
-        candidate = text[start:end]
-        if not plus and (_DATE_LIKE.match(candidate) or _DOTTED_QUAD.fullmatch(candidate)):
-            continue  # a date or an IPv4 address
-        groups = _groups(candidate)
-        digits = sum(len(g) for g in groups)
-        if not 7 <= digits <= 15 or candidate.count("(") != candidate.count(")"):
-            continue
-        # A group glued to letters or other groups on the left (`BE71 0961 2345`, an IBAN or
-        # a grouped reference) makes this the tail of a longer code.
-        if not plus and start >= 2 and shape[start - 1] in b" -" and shape[start - 2] == _DIGIT:
-            continue
-        if not plus and len(groups) > 1 and _continues_code(shape, start):
-            continue
-        if not plus and "." in candidate and _MIXED_WITH_DOTS.search(candidate):
-            continue  # `693-09.4444`: one number is written with one kind of separator
-        cued = _phone_cued(v.lower, start)
-        if len(groups) == 1 and not (cued or plus):
-            continue
-        if _phone_valid(candidate, cued):
-            out.append(_hit("pii.phone", text, start, end))
+        found = _phone_at(v, start, end)
+        if found is None and not _glued_after(shape, end, b".-/"):
+            # A number after other digits (`SD 20241 440-600-5124`): tried from each later
+            # group (a handful per run, each verdict cached).
+            for group in _DIGITS_AFTER_SEPARATOR.finditer(text, start, end):
+                found = _phone_at(v, group.start(), end)
+                if found is not None:
+                    break
+        if found is not None:
+            out.append(found)
     return out
+
+
+_DIGITS_AFTER_SEPARATOR = re.compile(r"(?<=[ (])\(?\d")
+
+
+def _phone_at(v: TextViews, start: int, end: int) -> Finding | None:
+    """The phone number written in `text[start:end]` (a run of digits and phone punctuation,
+    widened to a leading `(` or `+`), if it is one."""
+    text, shape = v.text, v.shape
+    if shape[start] != 0x28 and start > 0 and shape[start - 1] == 0x28:  # (
+        start -= 1
+    plus = start > 0 and shape[start - 1] == 0x2B  # +
+    if plus:
+        start -= 1
+    elif start >= 2 and shape[start - 1] == 0x20 and shape[start - 2] == 0x2B:
+        start, plus = start - 2, True  # `+ 44 …`
+    if _glued_before(shape, start, b".-/+" if not plus else b""):
+        return None
+    if not plus and start >= 2 and shape[start - 1] in b".-/" and shape[start - 2] in _WORD:
+        return None  # `XR-2045-1180`: the digits of a code
+    if plus and start > 0 and shape[start - 1] in _WORD_PLUS:
+        return None
+    if _glued_after(shape, end, b".-/"):
+        return None
+    candidate = text[start:end]
+    if not plus and (_DATE_LIKE.match(candidate) or _DOTTED_QUAD.fullmatch(candidate)):
+        return None  # a date or an IPv4 address
+    groups = _groups(candidate)
+    digits = sum(len(g) for g in groups)
+    if not 7 <= digits <= 15 or candidate.count("(") != candidate.count(")"):
+        return None
+    # A group before it with the same separator (`BE71 0961 2345`, an IBAN or a grouped
+    # reference) makes this the tail of a longer code; a ZIP code before a dashed number
+    # (`SD 20241 440-600-5124`) does not.
+    joined = _first_separator(candidate)
+    if (
+        not plus
+        and start >= 2
+        and shape[start - 1 : start] == joined
+        and (shape[start - 2] == _DIGIT or _continues_code(shape, start))
+    ):
+        return None
+    if not plus and "." in candidate and _MIXED_WITH_DOTS.search(candidate):
+        return None  # `693-09.4444`: one number is written with one kind of separator
+    cued = _phone_cued(v.lower, start)
+    if len(groups) == 1 and not (cued or plus):
+        return None
+    if _phone_valid(candidate, cued):
+        return _hit("pii.phone", text, start, end)
+    return None
 
 
 _DOTTED_QUAD = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
@@ -273,6 +298,15 @@ def _phone_cued(lower: str, start: int) -> bool:
     if cue.group() != "number":
         return True
     return _OTHER_NUMBER.search(lower, max(0, cue.start() - 24), cue.end()) is None
+
+
+def _first_separator(candidate: str) -> bytes:
+    """The separator after the first digit group (`b" "` for `0961 2345`), or `b" "`."""
+    m = _FIRST_SEPARATOR.search(candidate)
+    return m.group().encode() if m else b" "
+
+
+_FIRST_SEPARATOR = re.compile(r"(?<=\d)[ \-]")
 
 
 def _continues_code(shape: bytes, start: int) -> bool:

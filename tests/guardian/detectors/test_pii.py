@@ -104,3 +104,9 @@ def test_a_bare_or_loosely_grouped_number_is_a_phone_where_the_text_says_so(
 )
 def test_digit_groups_that_are_not_written_as_phone_numbers_are_not_phones(text: str) -> None:
     assert found(text, "pii.phone") == []
+
+
+def test_a_number_after_a_zip_code_is_found_but_the_tail_of_a_grouped_code_is_not() -> None:
+    assert found("Pizza, Bamblee, SD 20241 440-600-5124", "pii.phone") == ["440-600-5124"]
+    assert found("USPS tracking 9400 1000 0000 0000 0000 00", "pii.phone") == []
+    assert found("Order #112-4567890-1234567 shipped", "pii.phone") == []
