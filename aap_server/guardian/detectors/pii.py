@@ -12,7 +12,8 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
   where the words just before say a phone number follows (`phone`, `call`, `mobile`, `my
   number is`, not `card number`), any grouping and a bare run (`13812345678`). Never a bare run
   otherwise (timestamps, ids, order numbers), a date, a run mixing dots with other separators,
-  or the tail of a longer grouped code (`BE71 0961 2345 6760`).
+  or the tail of a longer grouped code (`BE71 0961 2345 6760`). At most `MAX_PHONE_CHECKS`
+  new numbers are checked per text; past that, phone-shaped runs count as phone numbers.
 - `pii.card`: 12-19 digits, contiguous or in 4-4-4(-4)(-3) / 4-6-5 / 4-6-4 groups, with a
   prefix and length some brand issues (`_BRANDS`: Visa, Mastercard, Amex, Diners, JCB, UATP,
   Discover, UnionPay, RuPay, Mir, Dankort, Maestro, Troy, …) and a valid Luhn digit. A
@@ -145,6 +146,10 @@ PHONE_REGIONS = (
     "KR", "CH", "AT", "BE", "SE", "PL", "IE", "PT",
 )  # fmt: skip
 _PHONE_VERDICTS: dict[str, bool] = {}
+# New (uncached) `phonenumbers` checks per text: each tries up to all `PHONE_REGIONS` (~0.1 ms
+# a region), so a text of thousands of distinct digit groups would cost seconds. Past it,
+# the remaining phone-shaped candidates are reported as phone numbers (fail closed).
+MAX_PHONE_CHECKS = 64
 _PHONE_CACHE_SIZE = 4096
 
 
@@ -179,10 +184,15 @@ def _grouped_as_written(number: phonenumbers.PhoneNumber, groups: list[str]) -> 
     return written is not None and written == _breaks(national, significant)
 
 
-def _phone_valid(candidate: str, cued: bool) -> bool:
+def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
+    """Whether `phonenumbers` takes the candidate for a number (see `PHONE_REGIONS`). Past
+    the text's `budget` of new checks, every candidate counts as one (fail closed)."""
     known = _PHONE_VERDICTS.get(candidate if not cued else "\0" + candidate)
     if known is not None:
         return known
+    if budget[0] <= 0:
+        return True
+    budget[0] -= 1
     groups = _groups(candidate)
     verdict = False
     if candidate.startswith("+"):
@@ -213,14 +223,15 @@ def _phone_valid(candidate: str, cued: bool) -> bool:
 def _phones(v: TextViews) -> list[Finding]:
     text, shape = v.text, v.shape
     out: list[Finding] = []
+    budget = [MAX_PHONE_CHECKS]
     for cand in _PHONE_RUN.finditer(shape):
         start, end = cand.span()
-        found = _phone_at(v, start, end)
+        found = _phone_at(v, start, end, budget)
         if found is None and not _glued_after(shape, end, b".-/"):
             # A number after other digits (`SD 20241 440-600-5124`): tried from each later
             # group (a handful per run, each verdict cached).
             for group in _DIGITS_AFTER_SEPARATOR.finditer(text, start, end):
-                found = _phone_at(v, group.start(), end)
+                found = _phone_at(v, group.start(), end, budget)
                 if found is not None:
                     break
         if found is not None:
@@ -231,7 +242,7 @@ def _phones(v: TextViews) -> list[Finding]:
 _DIGITS_AFTER_SEPARATOR = re.compile(r"(?<=[ (])\(?\d")
 
 
-def _phone_at(v: TextViews, start: int, end: int) -> Finding | None:
+def _phone_at(v: TextViews, start: int, end: int, budget: list[int]) -> Finding | None:
     """The phone number written in `text[start:end]` (a run of digits and phone punctuation,
     widened to a leading `(` or `+`), if it is one."""
     text, shape = v.text, v.shape
@@ -273,7 +284,7 @@ def _phone_at(v: TextViews, start: int, end: int) -> Finding | None:
     cued = _phone_cued(v.lower, start)
     if len(groups) == 1 and not (cued or plus):
         return None
-    if _phone_valid(candidate, cued):
+    if _phone_valid(candidate, cued, budget):
         return _hit("pii.phone", text, start, end)
     return None
 

@@ -110,3 +110,15 @@ def test_a_number_after_a_zip_code_is_found_but_the_tail_of_a_grouped_code_is_no
     assert found("Pizza, Bamblee, SD 20241 440-600-5124", "pii.phone") == ["440-600-5124"]
     assert found("USPS tracking 9400 1000 0000 0000 0000 00", "pii.phone") == []
     assert found("Order #112-4567890-1234567 shipped", "pii.phone") == []
+
+
+def test_past_the_check_budget_phone_shaped_runs_count_as_phones() -> None:
+    # Digit groups no number plan writes that way: checked (and rejected) up to the budget,
+    # reported past it, so thousands of decoys neither cost seconds nor hide a number.
+    from aap_server.guardian.detectors.pii import MAX_PHONE_CHECKS
+
+    decoys = [f"0417 {1000 + n} {10 + n % 90:02d}" for n in range(MAX_PHONE_CHECKS + 40)]
+    text = "; ".join(f"ref {decoy}" for decoy in decoys)
+    assert len(found(text, "pii.phone")) == 40
+    within = "; ".join(f"ref {decoy}" for decoy in decoys[:MAX_PHONE_CHECKS])
+    assert found(within, "pii.phone") == []
