@@ -1,14 +1,18 @@
 """What the shipped default policy stops on the public labelled corpora (issue 8), measured as
 a user meets it: every item sent to a real aap-server through `POST /aos`.
 
-    python bench/corpora.py [--corpora DIR] [--misses N]
+    python bench/corpora.py [--corpora DIR] [--misses N] [--only PREFIX] [--no-own]
 
-Each item goes in a fresh session, as the step(s) its kind travels in:
+Each item goes in a fresh session, as the step(s) its kind travels in (each corpus and way
+against a server of its own):
 
 - injections (and their benign contexts): a tool result, a retrieved knowledge chunk, an
   inbound MCP tool result;
 - secrets: the agent's reply, and the argument of an outbound tool call (`http_post`);
-- PII: the agent's reply;
+- PII: each kind where the default policy acts on it: cards, SSNs and IBANs in the agent's
+  reply (masked); e-mail addresses, phone numbers and IP addresses in the reply after the
+  same text came in as an untrusted tool result (withheld: the policy leaves the user's own
+  contacts in replies alone, issue 8), scored on the reply;
 - natural high-entropy artifacts: the agent's reply, a tool result and a tool call argument.
 
 Scoring (the corpora's README): an attack is stopped by `deny`, or by `modify` whose modified
@@ -22,12 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import sys
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,8 @@ CORPORA = Path("/work/shared/corpora/guardian")
 _WORD = re.compile(r"\w{3,}")
 
 Way = Callable[[StepFactory, str], aos.AosRequest]
+# A way of several steps in one session: all are sent in order, the last one is scored.
+Steps = Callable[[StepFactory, str], list[aos.AosRequest]]
 
 
 def _steps(number: int) -> StepFactory:
@@ -71,10 +78,26 @@ WAYS: dict[str, Way] = {
     "outbound call": lambda s, t: s.tool_call_request("call_1", "http_post", {"body": t}),
     "tool call": lambda s, t: s.tool_call_request("call_1", "write_file", {"content": t}),
 }
+SEQUENCES: dict[str, Steps] = {
+    "untrusted -> reply": lambda s, t: [WAYS["tool result"](s, t), WAYS["reply"](s, t)],
+}
+# PII kinds the default policy acts on in a reply only when they came from untrusted content.
+CONTACTS = frozenset({"pii.email", "pii.phone", "pii.ip"})
+BY_KIND = "reply; e-mail/phone/IP: untrusted -> reply"
+
+
+def requests_for(way: str, item: dict[str, Any], steps: StepFactory) -> list[aos.AosRequest]:
+    if way == BY_KIND:
+        way = "untrusted -> reply" if item.get("entity") in CONTACTS else "reply"
+    if way in SEQUENCES:
+        return SEQUENCES[way](steps, item["text"])
+    return [WAYS[way](steps, item["text"])]
+
+
 CORPUS_WAYS = {
     "injection_bipia": ("tool result", "knowledge", "MCP inbound"),
     "secrets_gitleaks": ("reply", "outbound call"),
-    "pii_presidio_tests": ("reply",),
+    "pii_presidio_tests": (BY_KIND,),
     "secrets_benign_artifacts": ("reply", "tool result", "tool call"),
 }
 
@@ -94,10 +117,11 @@ def stopped(item: dict[str, Any], verdict: dict[str, Any]) -> bool:
     return not any(v in modified for v in encoded)
 
 
-def load(directory: Path) -> dict[str, list[dict[str, Any]]]:
+def load(directory: Path, only: str | None = None) -> dict[str, list[dict[str, Any]]]:
     return {
         path.stem: [json.loads(line) for line in path.read_text().splitlines() if line]
         for path in sorted(directory.glob("*.jsonl"))
+        if only is None or path.stem.startswith(only)
     }
 
 
@@ -105,63 +129,102 @@ def group_of(item: dict[str, Any]) -> str:
     return str(item.get("provider") or item.get("entity") or item.get("family") or "-")
 
 
-async def run(base: str, directory: Path, misses: int) -> None:
+@contextlib.contextmanager
+def fresh_server() -> Iterator[str]:
+    """A server of its own (own database, own guardian memory) for one corpus and way: the
+    sessions one way leaves behind (tainted by untrusted content, forgotten past the caller's
+    cap, which fails closed) must not change how the next way is judged."""
+    with tempfile.TemporaryDirectory() as workdir:
+        env = {
+            "AAP_DB": str(Path(workdir) / "corpora.db"),
+            "AAP_LOG_LEVEL": "warning",
+            # The corpora are scored, not throttled: the per-principal rate limit is off.
+            "AAP_RATE_LIMIT_PER_SECOND": "0",
+        }
+        process, base = start_server(env)
+        try:
+            yield base
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+async def run(directory: Path, misses: int, only: str | None) -> None:
     number = 0
-    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-        semaphore = asyncio.Semaphore(8)
+    semaphore = asyncio.Semaphore(8)
 
-        async def judge(item: dict[str, Any], way: str) -> tuple[dict[str, Any], str, bool]:
-            nonlocal number
-            number += 1
-            body = msgspec.json.encode(WAYS[way](_steps(number), item["text"]))
-            async with semaphore:
+    async def judge(
+        client: httpx.AsyncClient, item: dict[str, Any], way: str
+    ) -> tuple[dict[str, Any], str, bool]:
+        nonlocal number
+        number += 1
+        # Built now: `number` moves on while this waits for the semaphore.
+        requests = requests_for(way, item, _steps(number))
+        verdict: dict[str, Any] = {}
+        async with semaphore:
+            for request in requests:
                 response = await client.post(
-                    "/aos", content=body, headers={"Content-Type": "application/json"}
+                    "/aos",
+                    content=msgspec.json.encode(request),
+                    headers={"Content-Type": "application/json"},
                 )
-            verdict = response.json()["result"]
-            hit = (
-                stopped(item, verdict)
-                if item["label"] == "attack"
-                else (verdict["decision"] != "allow")
-            )
-            return item, way, hit
+                verdict = response.json()["result"]
+        hit = (
+            stopped(item, verdict)
+            if item["label"] == "attack"
+            else (verdict["decision"] != "allow")
+        )
+        return item, way, hit
 
-        print("| corpus | way | attacks stopped | benign altered |")
-        print("|---|---|---:|---:|")
-        missed: dict[str, Counter[str]] = defaultdict(Counter)
-        wrong: dict[str, list[str]] = defaultdict(list)
-        for corpus, items in load(directory).items():
-            for way in CORPUS_WAYS.get(corpus, ("reply",)):
-                results = await asyncio.gather(*(judge(item, way) for item in items))
-                attacks = [hit for item, _, hit in results if item["label"] == "attack"]
-                benign = [hit for item, _, hit in results if item["label"] == "benign"]
-                for item, _, hit in results:
-                    if item["label"] == "attack" and not hit:
-                        missed[corpus][group_of(item)] += 1
-                        wrong[corpus].append(f"MISS {way}: {item['id']}")
-                    elif item["label"] == "benign" and hit:
-                        wrong[corpus].append(f"ALTERED {way}: {item['id']}")
-                stop = f"{sum(attacks)}/{len(attacks)} ({_pct(attacks)})" if attacks else "-"
-                alter = f"{sum(benign)}/{len(benign)} ({_pct(benign)})" if benign else "-"
-                print(f"| {corpus} | {way} | {stop} | {alter} |")
-        for corpus, counter in missed.items():
-            top = ", ".join(f"{name} {n}" for name, n in counter.most_common(25))
-            print(f"\nmissed in {corpus} by group: {top}")
-        if misses:
-            for corpus, lines in wrong.items():
-                print(f"\n{corpus}:")
-                for line in sorted(set(lines))[:misses]:
-                    print("  " + line)
+    print("| corpus | way | attacks stopped | benign altered |")
+    print("|---|---|---:|---:|")
+    missed: dict[str, Counter[str]] = defaultdict(Counter)
+    wrong: dict[str, list[str]] = defaultdict(list)
+    for corpus, items in load(directory, only).items():
+        for way in CORPUS_WAYS.get(corpus, ("reply",)):
+            with fresh_server() as base:
+                async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                    results = await asyncio.gather(*(judge(client, item, way) for item in items))
+            attacks = [hit for item, _, hit in results if item["label"] == "attack"]
+            benign = [hit for item, _, hit in results if item["label"] == "benign"]
+            for item, _, hit in results:
+                if item["label"] == "attack" and not hit:
+                    missed[corpus][group_of(item)] += 1
+                    wrong[corpus].append(f"MISS {way}: {item['id']}")
+                elif item["label"] == "benign" and hit:
+                    wrong[corpus].append(f"ALTERED {way}: {item['id']}")
+            print(f"| {corpus} | {way} | {_rate(attacks)} | {_rate(benign)} |")
+            if corpus.startswith("pii"):
+                for entity in sorted({str(item.get("entity")) for item, _, _ in results}):
+                    of = [(i, h) for i, _, h in results if i.get("entity") == entity]
+                    kind_attacks = [h for i, h in of if i["label"] == "attack"]
+                    kind_benign = [h for i, h in of if i["label"] == "benign"]
+                    print(
+                        f"| {corpus} | {way}: {entity} | {_rate(kind_attacks)} "
+                        f"| {_rate(kind_benign)} |"
+                    )
+    for corpus, counter in missed.items():
+        top = ", ".join(f"{name} {n}" for name, n in counter.most_common(25))
+        print(f"\nmissed in {corpus} by group: {top}")
+    if misses:
+        for corpus, lines in wrong.items():
+            print(f"\n{corpus}:")
+            for line in sorted(set(lines))[:misses]:
+                print("  " + line)
 
 
 def _pct(hits: list[bool]) -> str:
     return f"{100 * sum(hits) / len(hits):.1f}%"
 
 
+def _rate(hits: list[bool]) -> str:
+    return f"{sum(hits)}/{len(hits)} ({_pct(hits)})" if hits else "-"
+
+
 FAMILY = {"injection_bipia": "injection", "pii_presidio_tests": "pii"}
 
 
-def detector_table(directory: Path) -> None:
+def detector_table(directory: Path, only: str | None) -> None:
     """The detectors alone (no policy): an attack item is found when findings of its family
     cover every one of its `values` (injections: any injection finding); a benign item is
     flagged by any finding of the family. Precision and recall per detector id that fired or
@@ -171,7 +234,7 @@ def detector_table(directory: Path) -> None:
     print("\ndetectors alone (in-process `scan_all`), per corpus and detector")
     print("| corpus | detector | found | missed | flagged benign | precision | recall |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for corpus, items in load(directory).items():
+    for corpus, items in load(directory, only).items():
         family = FAMILY.get(corpus, "secret")
         tp: Counter[str] = Counter()
         fn: Counter[str] = Counter()
@@ -221,21 +284,10 @@ def main() -> None:
     parser.add_argument("--corpora", type=Path, default=CORPORA)
     parser.add_argument("--misses", type=int, default=0, help="list up to N wrong ids per corpus")
     parser.add_argument("--no-own", action="store_true", help="skip the project's corpus")
+    parser.add_argument("--only", help="only the corpora whose name starts with this")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as workdir:
-        env = {
-            "AAP_DB": str(Path(workdir) / "corpora.db"),
-            "AAP_LOG_LEVEL": "warning",
-            # The corpora are scored, not throttled: the per-principal rate limit is off.
-            "AAP_RATE_LIMIT_PER_SECOND": "0",
-        }
-        process, base = start_server(env)
-        try:
-            asyncio.run(run(base, args.corpora, args.misses))
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    detector_table(args.corpora)
+    asyncio.run(run(args.corpora, args.misses, args.only))
+    detector_table(args.corpora, args.only)
     if not args.no_own:
         own_corpus()
 

@@ -8,6 +8,7 @@ starts a second aap-server process on loopback and prints what asking it as a re
 (after the in-process policy) adds to each step.
 
     python bench/guardian.py          # all of the above
+    python bench/guardian.py --steps  # only the per-step figures and the detectors per text
     python bench/guardian.py --rss    # server RSS before/after 100 x 2 MB untrusted results
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aap_server import aos
 from aap_server.guardian import Guardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
+from aap_server.guardian.detectors import scan_all
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.remote import RemoteGuardian
@@ -100,6 +102,38 @@ async def per_step(samples: int = 3000) -> None:
         decode = statistics.median(decode_times) / 1000
         p99 = statistics.quantiles(check_times, n=100)[98] / 1000
         print(f"{name:<26} {median:8.1f}µs {p99:8.1f}µs {decode:8.1f}µs {median / decode:6.1f}x")
+
+
+def detector_texts() -> dict[str, str]:
+    """4 KB texts as steps carry them: prose, a JSON tool result full of numbers and ids, and
+    text whose normalised view differs (no-break spaces, accents, a Cyrillic word)."""
+    rows = [
+        {"id": f"ord_{n:06d}", "total": n * 13.7, "at": f"2024-05-{n % 28 + 1:02d}T10:30:00Z"}
+        for n in range(60)
+    ]
+    json_text = msgspec.json.encode(rows).decode()[:4096]
+    unicode_unit = "Caf\u00e9 \u00e0 10\u00a0h, r\u00e9union \u2014 \u043f\u043b\u0430\u043d Q3. "
+    return {
+        "prose, 4 KB": prose(4096),
+        "JSON tool result, 4 KB": json_text,
+        "non-ASCII prose, 4 KB": (unicode_unit * (4096 // len(unicode_unit) + 1))[:4096],
+    }
+
+
+def detectors(samples: int = 2000) -> None:
+    """`scan_all` alone (PII, secrets, injection) on each text: the detectors' share of a
+    step, and what the normalised view costs where it differs from the text."""
+    print(f"\ndetectors alone (scan_all), {samples} samples each")
+    print(f"{'text':<26} {'median':>10} {'p99':>10}")
+    for name, text in detector_texts().items():
+        times = []
+        for _ in range(samples):
+            start = time.perf_counter_ns()
+            scan_all(text)
+            times.append(time.perf_counter_ns() - start)
+        median = statistics.median(times) / 1000
+        p99 = statistics.quantiles(times, n=100)[98] / 1000
+        print(f"{name:<26} {median:8.1f}µs {p99:8.1f}µs")
 
 
 class Timed(Guardian):
@@ -248,5 +282,8 @@ if __name__ == "__main__":
         asyncio.run(memory_under_untrusted_results())
         sys.exit(0)
     asyncio.run(per_step())
+    detectors()
+    if sys.argv[1:] == ["--steps"]:
+        sys.exit(0)
     asyncio.run(share_of_turn())
     asyncio.run(with_remote())

@@ -171,7 +171,6 @@ async def test_a_confidential_line_without_its_first_word_cannot_be_emailed_out(
 # Finding 4 (high): the detectors read the raw text, so an invisible soft hyphen (U+00AD, not
 # among the hidden characters `injection.hidden_unicode` knows) or a Cyrillic e (U+0435) hides an
 # override phrase in a tool result, and the default policy lets it through to the model.
-@pytest.mark.skip(reason="issue 8: normalised views")
 async def test_an_override_hidden_by_a_soft_hyphen_or_homoglyph_is_still_withheld(
     tmp_path: Path,
 ) -> None:
@@ -187,7 +186,6 @@ async def test_an_override_hidden_by_a_soft_hyphen_or_homoglyph_is_still_withhel
 
 # Finding 5 (medium): a card number whose groups are separated by no-break spaces (or written
 # in full-width digits) is not masked in the agent's reply; it reads the same to the user.
-@pytest.mark.skip(reason="issue 8: normalised views")
 async def test_a_card_number_with_no_break_spaces_is_masked_in_the_reply(tmp_path: Path) -> None:
     async with default_policy_server(tmp_path) as client:
         created = await client.post("/sessions", json={"agent": {"name": "demo"}})

@@ -11,6 +11,12 @@ position, about 10 ns a character. So the detectors run their structural pattern
 from __future__ import annotations
 
 import re
+import unicodedata
+from bisect import bisect_right
+
+import msgspec
+
+from aap_server.guardian.detectors.base import Finding
 
 _SHAPE = bytes(
     0x30 if 0x30 <= i <= 0x39 else 0x41 if 0x41 <= i <= 0x5A else 0x61 if 0x61 <= i <= 0x7A else i
@@ -25,7 +31,17 @@ _LONG_TOKEN = re.compile(b"t" * MIN_TOKEN + b"t*")
 class TextViews:
     """The text and its derived views (each built on first use)."""
 
-    __slots__ = ("_ascii", "_lower", "_pieces", "_shape", "_token_edges", "_tokens", "text")
+    __slots__ = (
+        "_ascii",
+        "_lower",
+        "_normal",
+        "_offsets",
+        "_pieces",
+        "_shape",
+        "_token_edges",
+        "_tokens",
+        "text",
+    )
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -35,6 +51,8 @@ class TextViews:
         self._lower: str | None = None
         self._token_edges: tuple[frozenset[int], frozenset[int]] | None = None
         self._pieces: list[tuple[int, int, int]] | None = None
+        self._normal: TextViews | None = None
+        self._offsets: OffsetMap | None = None
 
     @property
     def ascii(self) -> bytes:
@@ -101,3 +119,206 @@ class TextViews:
                 lower = "".join(ch.lower() if len(ch.lower()) == 1 else "?" for ch in self.text)
             self._lower = lower
         return self._lower
+
+    # --- the normalised view ------------------------------------------------------------------
+
+    @property
+    def normal(self) -> TextViews:
+        """Views of the text as a reader sees it (see `normalise`); `self` when that is the
+        text itself (always for ASCII). Findings on it go back through `to_original`."""
+        if self._normal is None:
+            folded = normalise(self.text)
+            if folded is None:
+                self._normal = self
+            else:
+                self._normal = TextViews(folded[0])
+                self._offsets = folded[1]
+        return self._normal
+
+    def to_original(self, findings: list[Finding]) -> list[Finding]:
+        """Findings on `self.normal` with their spans and values in this text."""
+        offsets = self._offsets
+        if offsets is None or not findings:
+            return findings
+        text = self.text
+        out = []
+        for f in findings:
+            start = offsets.original(f.start)
+            end = offsets.original(f.end - 1) + 1 if f.end > f.start else start
+            out.append(msgspec.structs.replace(f, start=start, end=end, value=text[start:end]))
+        return out
+
+
+class OffsetMap:
+    """Maps offsets of a normalised text back to the original: breakpoints `(normal, original)`
+    after which both advance together (a dropped character or a character that became several
+    adds one)."""
+
+    __slots__ = ("_normal", "_original")
+
+    def __init__(self) -> None:
+        self._normal = [0]
+        self._original = [0]
+
+    def mark(self, normal: int, original: int) -> None:
+        if self._normal[-1] == normal:
+            self._original[-1] = original
+        else:
+            self._normal.append(normal)
+            self._original.append(original)
+
+    def original(self, normal: int) -> int:
+        k = bisect_right(self._normal, normal) - 1
+        return self._original[k] + normal - self._normal[k]
+
+
+# Invisible characters a reader never sees: soft hyphen, zero-width space/joiners, direction
+# marks and bidi controls, invisible operators, variation selectors, tag characters, fillers.
+_INVISIBLE = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef"
+)
+_DASHES = "\u2010-\u2015\u2043\u2212\u2e3a\u2e3b\ufe58\ufe63\uff0d"
+# Unicode spaces: NFKC turns most into U+0020; these it keeps or turns into other things.
+_SPACES = "\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# Cyrillic, Greek and other letters that look like Latin ones (Unicode's confusables, the
+# common part). Folded only inside a word that also has ASCII letters: `Ignore` with a
+# Cyrillic `e` is the Latin word, while a Russian word keeps its letters.
+# As (code point, Latin letter) pairs.
+_CONFUSABLE_PAIRS = (
+    "0430a 0435e 043eo 0440p 0441c 0443y 0445x 0456i 0458j 0455s 0501d 051bq 051dw 04bbh 04cfl "
+    "0475v 0251a 0261g 0269i 026ai 028fy 0410A 0412B 0415E 041aK 041cM 041dH 041eO 0420P 0421C "
+    "0422T 0425X 0423Y 0406I 0408J 0405S 051aQ 051cW 04aeY 03b1a 03b2B 03b5e 03b9i 03baK 03bdv "
+    "03bfo 03c1p 03c4T 03c5u 03c7x 03f2c 03f3j 0391A 0392B 0395E 0396Z 0397H 0399I 039aK 039cM "
+    "039dN 039fO 03a1P 03a4T 03a5Y 03a7X 03f9C"
+)
+_CONFUSABLES = {chr(int(pair[:4], 16)): pair[4:] for pair in _CONFUSABLE_PAIRS.split()}
+_CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
+_CONFUSABLE = re.compile("[" + "".join(_CONFUSABLES) + "]")
+_RUNS = re.compile(f"([{_INVISIBLE}]+)|[^\x00-\x7f{_INVISIBLE}]+")
+_CONFUSABLE_RUN = re.compile(_CONFUSABLE.pattern + "+")
+_ASCII_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_WORD_REST = re.compile(r"\w*")
+# Looked back this far for the start of a mixed word (a longer run is no word to spell).
+_MAX_FOLDED_WORD = 64
+_INVISIBLE_ONE = re.compile(f"[{_INVISIBLE}]")
+_SPACE_CODES = (0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
+_DASH_CODES = (*range(0x2010, 0x2016), 0x2043, 0x2212, 0x2E3A, 0x2E3B, 0xFE58, 0xFE63, 0xFF0D)
+_ONE_FOR_ONE = tuple((chr(c), " ") for c in _SPACE_CODES) + tuple(
+    (chr(c), "-") for c in _DASH_CODES
+)
+_SPACE_ONE = re.compile(f"[{_SPACES}]")
+_DASH_ONE = re.compile(f"[{_DASHES}]")
+# Characters already folded (bounded: past it, folding is recomputed).
+_FOLD_CACHE_SIZE = 65_536
+_FOLDED: dict[str, str] = {}
+
+
+def _fold(ch: str) -> str:
+    """One character as a reader sees it: NFKC, invisible dropped, spaces and dashes plain."""
+    out = []
+    for c in unicodedata.normalize("NFKC", ch):
+        category = unicodedata.category(c)
+        if _INVISIBLE_ONE.match(c):
+            continue
+        if category == "Zs" or _SPACE_ONE.match(c):
+            out.append(" ")
+        elif category == "Pd" or _DASH_ONE.match(c):
+            out.append("-")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def normalise(text: str) -> tuple[str, OffsetMap] | None:
+    """The text as a reader sees it, for the detectors: NFKC (full-width forms, ligatures,
+    styled letters), invisible characters dropped, Unicode spaces as ` `, dashes as `-`,
+    Latin look-alikes folded inside words that have Latin letters. `None` when that is the
+    text itself. Linear: C-speed passes (`translate`, `is_normalized`, regex searches), and
+    Python only over the runs that do change length (invisible or compatibility forms)."""
+    if text.isascii():
+        return None
+    # Spaces and dashes, one for one (same offsets): a `find` per character is faster on
+    # non-ASCII text than a character-class search or `translate` with a mapping.
+    plain = text
+    for special, plain_form in _ONE_FOR_ONE:
+        if special in plain:
+            plain = plain.replace(special, plain_form)
+    changed = plain is not text
+    offsets = OffsetMap()
+    if _INVISIBLE_ONE.search(plain) or not unicodedata.is_normalized("NFKC", plain):
+        plain = _fold_runs(plain, offsets)
+        changed = True
+    if _CONFUSABLE.search(plain):
+        folded = _fold_mixed_words(plain)
+        if folded is not plain:
+            changed = True
+            plain = folded
+    return (plain, offsets) if changed else None
+
+
+def _fold_mixed_words(text: str) -> str:
+    """Look-alikes folded to Latin in the words that mix them with ASCII letters or digits.
+    Such a word has a look-alike next to an ASCII word character (if all its other letters
+    are look-alikes), so only those places are looked at, and each word once."""
+    pieces: list[str] = []
+    last = 0
+    size = len(text)
+    for m in _CONFUSABLE_RUN.finditer(text):
+        if m.start() < last:
+            continue
+        before, after = m.start() - 1, m.end()
+        if not (
+            (before >= 0 and text[before] in _ASCII_WORD)
+            or (after < size and text[after] in _ASCII_WORD)
+        ):
+            continue
+        start = m.start()
+        low = max(last, start - _MAX_FOLDED_WORD)
+        while start > low and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            start -= 1
+        end = _WORD_REST.match(text, m.start()).end()  # type: ignore[union-attr]
+        pieces += [text[last:start], text[start:end].translate(_CONFUSABLE_TABLE)]
+        last = end
+    if not pieces:
+        return text
+    return "".join(pieces) + text[last:]
+
+
+def _fold_runs(text: str, offsets: OffsetMap) -> str:
+    """`text` with invisible characters dropped and each character NFKC-folded (`_fold`),
+    breakpoints in `offsets` where lengths change. Only non-ASCII runs that are not already
+    NFKC are folded character by character."""
+    pieces: list[str] = []
+    length = last = 0
+    for m in _RUNS.finditer(text):
+        start, end = m.span()
+        if start > last:
+            pieces.append(text[last:start])
+            length += start - last
+        last = end
+        if m.group(1) is not None:  # only invisible characters: dropped
+            offsets.mark(length, end)
+            continue
+        run = m.group()
+        if unicodedata.is_normalized("NFKC", run):
+            pieces.append(run)
+            length += len(run)
+            continue
+        for i, ch in enumerate(run, start):
+            folded = _FOLDED.get(ch)
+            if folded is None:
+                folded = _fold(ch)
+                if len(_FOLDED) < _FOLD_CACHE_SIZE:
+                    _FOLDED[ch] = folded
+            if len(folded) == 1:
+                pieces.append(folded)
+                length += 1
+                continue
+            for j in range(len(folded)):  # dropped (no j) or expanded: all from `i`
+                offsets.mark(length + j, i)
+            pieces.append(folded)
+            length += len(folded)
+            offsets.mark(length, i + 1)
+    pieces.append(text[last:])
+    return "".join(pieces)

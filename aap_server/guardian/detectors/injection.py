@@ -29,7 +29,10 @@ Speed: phrases are searched only in windows around anchor words of the lower-cas
 (`ignor`, `disregard`, `forget`, `instruction`, `prompt`, ` now`, `restrict`, `overrid`,
 `guideline`), so a phrase with none of them is missed (e.g. "act as an unfiltered AI"); markup
 patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are looked for only
-in non-ASCII text. Not handled: homoglyph or spaced-out spellings ("ign0re", "i g n o r e").
+in non-ASCII text. All but the hidden characters are looked for in the normalised view
+(`_views.normalise`: invisible characters dropped, NFKC, Latin look-alikes folded), so a soft
+hyphen or a Cyrillic `e` (U+0435) inside a word does not hide it. Not handled: digit or spaced-out
+spellings ("ign0re", "i g n o r e").
 """
 
 from __future__ import annotations
@@ -282,7 +285,7 @@ _MAX_DEPTH = 2
 def _flagged_when_decoded(decoded: str, depth: int) -> bool:
     """True when decoded text contains an override phrase or role markup (or, nested, an
     encoded blob that does)."""
-    views = TextViews(decoded)
+    views = TextViews(decoded).normal
     lower = views.lower
     if _override_matches(lower, 0, len(lower)) or _role_spoofs(decoded, lower):
         return True
@@ -348,12 +351,9 @@ def _encoded(v: TextViews, depth: int = 0) -> list[Finding]:
 
 
 def scan_injection_views(v: TextViews) -> list[Finding]:
-    """Every injection hit in the text."""
-    text = v.text
-    return (
-        _overrides(v)
-        + _role_spoofs(text, v.lower)
-        + _hidden(text)
-        + _encoded(v)
-        + scan_directives(v)
-    )
+    """Every injection hit in the text: hidden characters in the text itself, the rest in its
+    normalised view (so a soft hyphen, a zero-width space or a Cyrillic look-alike inside
+    "ignore" does not hide it)."""
+    n = v.normal
+    found = _overrides(n) + _role_spoofs(n.text, n.lower) + _encoded(n) + scan_directives(n)
+    return v.to_original(found) + _hidden(v.text)

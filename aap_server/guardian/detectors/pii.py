@@ -2,18 +2,25 @@
 
 Choices (what counts, so that order numbers, timestamps and versions do not):
 
-- `pii.email`: ASCII `local@domain.tld`, TLD alphabetic. Not: URL userinfo
+- `pii.email`: ASCII `local@domain.tld`, TLD alphabetic or IDNA (`xn--p1ai`). Not: URL userinfo
   (`scheme://user:pw@host`), `git@host:path` remotes, `name@2x.png`-style file names (the TLD is
   a common file extension), package pins such as `react@18.2.0`.
-- `pii.phone`: only shapes that carry phone punctuation, never bare digit runs (bare runs are
-  timestamps, ids and order numbers): `+CC` international numbers with 8-15 digits; North
-  American `(NPA) NXX-XXXX`, `NPA-NXX-XXXX`, `NPA.NXX.XXXX`, `NPA NXX XXXX` (optional `1-`),
-  with NPA and NXX starting 2-9 and one separator throughout; national trunk-0 numbers
-  (`020 7946 0958`, `030 12345678`, `01 23 45 67 89`) with one separator kind and 10-12 digits.
-- `pii.card`: 13-19 digits, contiguous or in 4-4-4-4(-3) / 4-6-5 groups, a known issuer prefix
-  with a length that issuer uses, and a valid Luhn digit. A card-shaped run inside a longer
-  digit run (a 20-digit order number, a grouped tracking number) is not a card.
-- `pii.iban`: upper-case, optionally grouped by spaces, known country and length, mod-97.
+- `pii.phone`: digit runs with phone punctuation, validated with `phonenumbers` (the number
+  plan of the country): `+CC …` international numbers that are valid for their country;
+  national numbers without `+` that are valid in one of `PHONE_REGIONS` *and* grouped the way
+  that region writes them (`(415) 555-0132`, `020 7946 0958`, `06 12 34 56 78`, `090-1234-5678`);
+  where the words just before say a phone number follows (`phone`, `call`, `mobile`, `my
+  number is`, not `card number`), any grouping and a bare run (`13812345678`). Never a bare run
+  otherwise (timestamps, ids, order numbers), a date, a run mixing dots with other separators,
+  or the tail of a longer grouped code (`BE71 0961 2345 6760`). At most `MAX_PHONE_CHECKS`
+  new numbers are checked per text; past that, phone-shaped runs count as phone numbers.
+- `pii.card`: 12-19 digits, contiguous or in 4-4-4(-4)(-3) / 4-6-5 / 4-6-4 groups, with a
+  prefix and length some brand issues (`_BRANDS`: Visa, Mastercard, Amex, Diners, JCB, UATP,
+  Discover, UnionPay, RuPay, Mir, Dankort, Maestro, Troy, …) and a valid Luhn digit. A
+  card-shaped run inside a longer digit run (a 20-digit order number, a grouped tracking
+  number) is not a card; a bare 12-digit run only next to `card`/`maestro`/`payment`.
+- `pii.iban`: upper-case, optionally grouped by spaces or dashes, known country and length,
+  mod-97.
 - `pii.ssn`: `AAA-GG-SSSS` or `AAA.GG.SSSS` with a valid area (not 000, 666, 9xx), group
   (not 00) and serial (not 0000); `AAA GG SSSS` and the run-together forms (`AAAGGSSSS`,
   `AAA-GGSSSS`, `AAAGG-SSSS`) only near `SSN`/`social security`/`taxpayer`.
@@ -28,8 +35,9 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import re
+
+import phonenumbers
 
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.base import Finding
@@ -71,7 +79,8 @@ def _glued_after(shape: bytes, end: int, joiners: bytes = b".-/") -> bool:
 
 _LOCAL_REVERSED = re.compile(r"[A-Za-z0-9._%+-]{1,64}")  # matched on the reversed prefix
 _DOMAIN = re.compile(
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})(?![A-Za-z0-9-])"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24}|xn--[A-Za-z0-9-]{1,59})"
+    r"(?![A-Za-z0-9-])"
 )
 _FILE_EXTENSIONS_WORDS = (
     "png jpg jpeg gif svg webp ico bmp tif tiff avif heic js mjs cjs ts tsx jsx css scss "
@@ -118,132 +127,266 @@ def _emails(v: TextViews) -> list[Finding]:
 
 # --- phone -------------------------------------------------------------------------------
 
-_INTL_SHAPE = re.compile(rb"\+0")
-_INTL = re.compile(r"\+([1-9]\d{0,2})(?:[ .-]?(?:\(\d{1,4}\)|\d{1,6})){1,8}")
-_NANP_PAREN_SHAPE = re.compile(rb"\(000\) ?000[-. ]0000")
-_NANP_SHAPE = re.compile(rb"000(?P<s>[-. ])000(?P=s)0000")
-_NATIONAL = re.compile(r"0[1-9]\d{0,3}[ /.-]\d{2,8}(?:[ .-]\d{2,4}){0,3}")
-_DIGITS = re.compile(r"\d+")
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# A run of digits with phone punctuation between them (on the shape: digits are `0`).
+_PHONE_RUN = re.compile(rb"0[0 ().\-/]{5,24}0")
+_PHONE_GROUPS = re.compile(r"\d+")
+_DATE_LIKE = re.compile(r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{4}")
+# Words that make a bare digit run a phone number ("my number is 13812345678").
+_PHONE_CUE = re.compile(
+    r"(?i)\b(?:phone|tel\b|tel\.|telephone|mobile|cell|number|call|fax|contact|whatsapp|sms|dial"
+    r"|ring|reach|handy|mobil|portable|cellulare|telefon|t\u00e9l\u00e9phone|tel\u00e9fono|telefone|numero|n\u00famero"
+    r"|\u0442\u0435\u043b\u0435\u0444\u043e\u043d|\u7535\u8bdd|\u96fb\u8a71)"
+)
+_CUE_LOOKBACK = 40
+# Where a number written without `+` is tried, most used first. A number counts when it is
+# valid there (`phonenumbers`: the region's number plan) and written the way that region
+# groups its numbers (or, written as one run, when the text says it is a number).
+PHONE_REGIONS = (
+    "US", "GB", "DE", "FR", "IN", "CN", "JP", "BR", "IL", "IT", "ES", "NL", "AU", "RU", "MX",
+    "KR", "CH", "AT", "BE", "SE", "PL", "IE", "PT",
+)  # fmt: skip
+_PHONE_VERDICTS: dict[str, bool] = {}
+# New (uncached) `phonenumbers` checks per text: each tries up to all `PHONE_REGIONS` (~0.1 ms
+# a region), so a text of thousands of distinct digit groups would cost seconds. Past it,
+# the remaining phone-shaped candidates are reported as phone numbers (fail closed).
+MAX_PHONE_CHECKS = 64
+_PHONE_CACHE_SIZE = 4096
 
 
-def _digits_of(text: str) -> str:
-    return "".join(_DIGITS.findall(text))
+def _groups(text: str) -> list[str]:
+    return _PHONE_GROUPS.findall(text)
 
 
-def _intl(v: TextViews, out: list[Finding]) -> None:
-    text, shape = v.text, v.shape
-    for cand in _INTL_SHAPE.finditer(shape):
-        start = cand.start()
-        if start > 0 and shape[start - 1] in _WORD_PLUS:
-            continue
-        m = _INTL.match(text, start)
-        if m is None or _ISO_DATE.match(text, start + 1):
-            continue
-        # Choose the longest run of digit groups that makes a plausible number.
-        total, end = 0, -1
-        north_american = m.group(1).startswith("1")
-        for group in _DIGITS.finditer(text, start, m.end()):
-            total += len(group.group())
-            if north_american:
-                if total == 11:
-                    end = group.end()
-                    break
-                if total > 11:
-                    break
-            elif 8 <= total <= 15:
-                end = group.end()
-            elif total > 15:
-                break
-        if end == -1:
-            continue
-        if text[end - 1] == ")":  # never end inside a parenthesised group
-            continue
-        if end < len(shape) and shape[end] in _WORD:
-            continue
-        out.append(_hit("pii.phone", text, start, end))
+def _breaks(groups: list[str], significant: str) -> set[int] | None:
+    """Where the digit groups break, counted in the national significant number (so a trunk
+    prefix, `0` or `1`, written or not, does not matter); None if it is not that number."""
+    digits = "".join(groups)
+    skip = len(digits) - len(significant)
+    if skip < 0 or not digits.endswith(significant):
+        return None
+    out, total = set(), -skip
+    for g in groups[:-1]:
+        total += len(g)
+        if total > 0:
+            out.add(total)
+    return out
 
 
-def _nanp(v: TextViews, out: list[Finding]) -> None:
-    text, shape = v.text, v.shape
-    for pattern in (_NANP_PAREN_SHAPE, _NANP_SHAPE):
-        for cand in pattern.finditer(shape):
-            start, end = cand.span()
-            digits = _digits_of(text[start:end])
-            if digits[0] in "01" or digits[3] in "01" or _glued_after(shape, end):
+def _grouped_as_written(number: phonenumbers.PhoneNumber, groups: list[str]) -> bool:
+    """True when the written digit groups are the region's own national format (`(415)
+    555-0132`, `020 7946 0958`, `06 12 34 56 78`, `1-800-555-0199`): a code or a reference
+    grouped in fours is not a phone number because some plan accepts its digits."""
+    significant = phonenumbers.national_significant_number(number)
+    national = _groups(phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL))
+    if not "".join(groups).endswith("".join(national)):
+        return False  # the trunk prefix the region writes (`0`) is missing: `123 45 6789`
+    written = _breaks(groups, significant)
+    return written is not None and written == _breaks(national, significant)
+
+
+def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
+    """Whether `phonenumbers` takes the candidate for a number (see `PHONE_REGIONS`). Past
+    the text's `budget` of new checks, every candidate counts as one (fail closed)."""
+    known = _PHONE_VERDICTS.get(candidate if not cued else "\0" + candidate)
+    if known is not None:
+        return known
+    if budget[0] <= 0:
+        return True
+    budget[0] -= 1
+    groups = _groups(candidate)
+    verdict = False
+    if candidate.startswith("+"):
+        try:
+            verdict = phonenumbers.is_valid_number(phonenumbers.parse(candidate, None))
+        except phonenumbers.NumberParseException:
+            verdict = False
+    elif len(groups) > 1 or cued:
+        for region in PHONE_REGIONS:
+            try:
+                number = phonenumbers.parse(candidate, region)
+            except phonenumbers.NumberParseException:
                 continue
-            if (
-                start >= 2
-                and text[start - 2] == "1"
-                and text[start - 1] in "-. "
-                and not _glued_before(shape, start - 2)
+            if number.country_code != phonenumbers.country_code_for_region(region):
+                continue  # `00…` dialled abroad: not a national number of this region
+            # Where the text says a phone number follows, any grouping people use will do
+            # (`0151 23456789`), but not a lone digit at the end (`555-0100-2231-9`).
+            if phonenumbers.is_valid_number_for_region(number, region) and (
+                (cued and len(groups[-1]) > 1) or _grouped_as_written(number, groups)
             ):
-                start -= 2  # a leading `1-` / `1 ` trunk prefix
-            elif _glued_before(shape, start, b".-/+"):
-                continue
-            out.append(_hit("pii.phone", text, start, end))
-
-
-def _national(v: TextViews, out: list[Finding]) -> None:
-    text, shape = v.text, v.shape
-    for cand in _NATIONAL.finditer(text):
-        start = cand.start()
-        if _glued_before(shape, start, b".-/+"):
-            continue
-        groups = list(_DIGITS.finditer(text, start, cand.end()))
-        seps = [text[a.end() : b.start()] for a, b in itertools.pairwise(groups)]
-        if len(set(seps[1:])) > 1 or (seps[1:] and seps[0] not in (seps[1], "/")):
-            continue
-        # The longest prefix of groups with 10-12 digits that is not glued to more digits.
-        total, end = 0, -1
-        for i, group in enumerate(groups):
-            total += len(group.group())
-            if i >= 1 and 10 <= total <= 12:
-                end = group.end()
-            if total > 12:
+                verdict = True
                 break
-        sep = seps[-1].encode() if seps else b"-"
-        if end == -1 or _glued_after(shape, end, b".-/" + sep):
-            continue  # more digit groups follow: a longer number (a hex dump, a list)
-        out.append(_hit("pii.phone", text, start, end))
+    if len(_PHONE_VERDICTS) < _PHONE_CACHE_SIZE:
+        _PHONE_VERDICTS[candidate if not cued else "\0" + candidate] = verdict
+    return verdict
 
 
 def _phones(v: TextViews) -> list[Finding]:
+    text, shape = v.text, v.shape
     out: list[Finding] = []
-    shape = v.shape
-    if b"+0" in shape:
-        _intl(v, out)
-    _nanp(v, out)
-    _national(v, out)
+    budget = [MAX_PHONE_CHECKS]
+    for cand in _PHONE_RUN.finditer(shape):
+        start, end = cand.span()
+        found = _phone_at(v, start, end, budget)
+        if found is None and not _glued_after(shape, end, b".-/"):
+            # A number after other digits (`SD 20241 440-600-5124`): tried from each later
+            # group (a handful per run, each verdict cached).
+            for group in _DIGITS_AFTER_SEPARATOR.finditer(text, start, end):
+                found = _phone_at(v, group.start(), end, budget)
+                if found is not None:
+                    break
+        if found is not None:
+            out.append(found)
     return out
+
+
+_DIGITS_AFTER_SEPARATOR = re.compile(r"(?<=[ (])\(?\d")
+
+
+def _phone_at(v: TextViews, start: int, end: int, budget: list[int]) -> Finding | None:
+    """The phone number written in `text[start:end]` (a run of digits and phone punctuation,
+    widened to a leading `(` or `+`), if it is one."""
+    text, shape = v.text, v.shape
+    if shape[start] != 0x28 and start > 0 and shape[start - 1] == 0x28:  # (
+        start -= 1
+    plus = start > 0 and shape[start - 1] == 0x2B  # +
+    if plus:
+        start -= 1
+    elif start >= 2 and shape[start - 1] == 0x20 and shape[start - 2] == 0x2B:
+        start, plus = start - 2, True  # `+ 44 …`
+    if _glued_before(shape, start, b".-/+" if not plus else b""):
+        return None
+    if not plus and start >= 2 and shape[start - 1] in b".-/" and shape[start - 2] in _WORD:
+        return None  # `XR-2045-1180`: the digits of a code
+    if plus and start > 0 and shape[start - 1] in _WORD_PLUS:
+        return None
+    if _glued_after(shape, end, b".-/"):
+        return None
+    candidate = text[start:end]
+    if not plus and (_DATE_LIKE.match(candidate) or _DOTTED_QUAD.fullmatch(candidate)):
+        return None  # a date or an IPv4 address
+    groups = _groups(candidate)
+    digits = sum(len(g) for g in groups)
+    if not 7 <= digits <= 15 or candidate.count("(") != candidate.count(")"):
+        return None
+    # A group before it with the same separator (`BE71 0961 2345`, an IBAN or a grouped
+    # reference) makes this the tail of a longer code; a ZIP code before a dashed number
+    # (`SD 20241 440-600-5124`) does not.
+    joined = _first_separator(candidate)
+    if (
+        not plus
+        and start >= 2
+        and shape[start - 1 : start] == joined
+        and (shape[start - 2] == _DIGIT or _continues_code(shape, start))
+    ):
+        return None
+    if not plus and "." in candidate and _MIXED_WITH_DOTS.search(candidate):
+        return None  # `693-09.4444`: one number is written with one kind of separator
+    cued = _phone_cued(v.lower, start)
+    if len(groups) == 1 and not (cued or plus):
+        return None
+    if _phone_valid(candidate, cued, budget):
+        return _hit("pii.phone", text, start, end)
+    return None
+
+
+_DOTTED_QUAD = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
+_MIXED_WITH_DOTS = re.compile(r"[- /()]")
+# "card number", "order number": the number is named, and it is not a phone.
+_OTHER_NUMBER = re.compile(
+    r"(?:card|order|account|serial|tracking|invoice|reference|ref|id|customer|ticket|case"
+    r"|policy|routing|part|model|security|ssn|tax|passport|licen[cs]e|member|confirmation"
+    r"|booking|transaction|item|product|batch|version|build)\W{0,3}(?:no\.?\s*|number\s*)"
+)
+
+
+def _phone_cued(lower: str, start: int) -> bool:
+    """True when the words just before `start` say a phone number follows."""
+    low = max(0, start - _CUE_LOOKBACK)
+    cues = list(_PHONE_CUE.finditer(lower, low, start))
+    if not cues:
+        return False
+    cue = cues[-1]
+    if cue.group() != "number":
+        return True
+    return _OTHER_NUMBER.search(lower, max(0, cue.start() - 24), cue.end()) is None
+
+
+def _first_separator(candidate: str) -> bytes:
+    """The separator after the first digit group (`b" "` for `0961 2345`), or `b" "`."""
+    m = _FIRST_SEPARATOR.search(candidate)
+    return m.group().encode() if m else b" "
+
+
+_FIRST_SEPARATOR = re.compile(r"(?<=\d)[ \-]")
+
+
+def _continues_code(shape: bytes, start: int) -> bool:
+    """True when the run follows an alphanumeric group with a digit and one separator
+    (`A290 0794 0102 8494`, `BE71 0961 2345 6760`): the end of a longer grouped code."""
+    if start < 2 or shape[start - 1] not in b" -":
+        return False
+    i = start - 2
+    seen_digit = False
+    while i >= 0 and start - 2 - i < 8 and shape[i] in _WORD:
+        seen_digit |= shape[i] == _DIGIT
+        i -= 1
+    return seen_digit
 
 
 # --- payment card ------------------------------------------------------------------------
 
 _CARD_SHAPE = re.compile(
-    rb"0000(?:0{9,15}"
-    rb"|(?P<s>[ -])0000(?P=s)0000(?P=s)0{1,4}(?:(?P=s)0{1,3})?"
+    rb"0000(?:0{8,15}"
+    rb"|(?P<s>[ -])0000(?P=s)0000(?:(?P=s)0{1,4}(?:(?P=s)0{1,3})?)?"
     rb"|(?P<t>[ -])000000(?P=t)0{4,5})"
 )
 
+# Issuer identification number ranges and the lengths each brand issues (ISO/IEC 7812 as the
+# networks publish them): (lowest prefix, highest prefix, lengths). Compared as strings of the
+# prefix's length, so `("2221", "2720")` is every prefix from 2221 to 2720.
+_R16_19 = frozenset(range(16, 20))
+_R12_19 = frozenset(range(12, 20))
+_BRANDS: tuple[tuple[str, str, frozenset[int]], ...] = (
+    ("4", "4", frozenset({13, 16, 19})),  # Visa, Visa Electron
+    ("51", "55", frozenset({16})),  # Mastercard
+    ("2221", "2720", frozenset({16})),  # Mastercard 2-series
+    ("34", "34", frozenset({15})),  # American Express
+    ("37", "37", frozenset({15})),
+    ("300", "305", frozenset(range(14, 20))),  # Diners Club
+    ("3095", "3095", frozenset(range(14, 20))),
+    ("36", "36", frozenset(range(14, 20))),
+    ("38", "39", frozenset(range(14, 20))),
+    ("3528", "3589", _R16_19),  # JCB
+    ("1800", "1800", frozenset({15})),  # JCB 15-digit
+    ("2131", "2131", frozenset({15})),
+    ("1", "1", frozenset({15})),  # UATP
+    ("6011", "6011", _R16_19),  # Discover
+    ("644", "649", _R16_19),
+    ("65", "65", _R16_19),  # Discover, RuPay, Troy co-brands
+    ("62", "62", _R16_19),  # UnionPay
+    ("81", "82", _R16_19),  # UnionPay, RuPay
+    ("60", "60", _R16_19),  # RuPay, Hipercard, GPN
+    ("2200", "2205", _R16_19),  # Mir, BORICA
+    ("5019", "5019", frozenset({16})),  # Dankort
+    ("50", "50", _R12_19),  # Maestro, Verve, Elo
+    ("56", "59", _R12_19),  # Maestro
+    ("61", "61", _R12_19),
+    ("63", "64", _R12_19),  # Maestro, InterPayment
+    ("66", "69", _R12_19),
+    ("353", "353", frozenset({16})),  # RuPay-JCB
+    ("356", "356", frozenset({16})),
+    ("8600", "8600", frozenset({16})),  # UzCard
+    ("9792", "9792", frozenset({16})),  # Troy
+    ("9860", "9860", frozenset({16})),  # Humo
+)
 
-def _issuer_accepts(d: str) -> bool:
-    n, p2, p3, p4 = len(d), int(d[:2]), int(d[:3]), int(d[:4])
-    if d[0] == "4":
-        return n in (13, 16, 19)  # Visa
-    if 51 <= p2 <= 55 or 2221 <= p4 <= 2720:
-        return n == 16  # Mastercard
-    if p2 in (34, 37):
-        return n == 15  # American Express
-    if 2200 <= p4 <= 2204 or 3528 <= p4 <= 3589:
-        return 16 <= n <= 19  # Mir, JCB
-    if 300 <= p3 <= 305 or p2 in (36, 38, 39) or p4 == 3095:
-        return 14 <= n <= 19  # Diners Club
-    if d[0] == "6":
-        return 16 <= n <= 19  # Discover, UnionPay, Maestro, RuPay
-    if p2 == 50 or 56 <= p2 <= 58:
-        return 13 <= n <= 19  # Maestro
-    return False
+
+def _issuer_accepts(digits: str) -> bool:
+    n = len(digits)
+    return any(lo <= digits[: len(lo)] <= hi and n in lengths for lo, hi, lengths in _BRANDS)
+
+
+_CARD_CUE = re.compile(r"(?i)card|maestro|pan\b|cc\b|payment")
 
 
 def _cards(v: TextViews) -> list[Finding]:
@@ -257,7 +400,13 @@ def _cards(v: TextViews) -> list[Finding]:
         joiners = b".," + sep if sep else b".,"
         if _glued_after(shape, end, joiners):
             continue
-        digits = _digits_of(text[start:end])
+        digits = "".join(_groups(text[start:end]))
+        if (
+            len(digits) == 12
+            and sep is None
+            and not _CARD_CUE.search(v.lower, max(0, start - 40), start)
+        ):
+            continue  # a bare 12-digit run is an id more often than a Maestro card
         if _issuer_accepts(digits) and luhn_valid(digits):
             out.append(_hit("pii.card", text, start, end))
     return out
@@ -265,7 +414,7 @@ def _cards(v: TextViews) -> list[Finding]:
 
 # --- IBAN --------------------------------------------------------------------------------
 
-_IBAN_SHAPE = re.compile(rb"AA00(?: ?[A0]{4}){2,7}(?: ?[A0]{1,3})?")
+_IBAN_SHAPE = re.compile(rb"AA00(?:(?P<s>[ -]?)[A0]{4}(?:(?P=s)[A0]{4}){1,6}(?:(?P=s)[A0]{1,3})?)")
 
 
 def _ibans(v: TextViews) -> list[Finding]:
@@ -280,10 +429,10 @@ def _ibans(v: TextViews) -> list[Finding]:
         end, count = start, 0
         stop = cand.end()
         while end < stop and count < length:
-            if text[end] != " ":
+            if text[end] not in " -":
                 count += 1
             end += 1
-        compact = text[start:end].replace(" ", "")
+        compact = text[start:end].replace(" ", "").replace("-", "")
         if count != length or compact != compact.upper():
             continue
         if end < len(shape) and shape[end] in _WORD:
@@ -420,7 +569,12 @@ def _ips(v: TextViews) -> list[Finding]:
 
 
 def scan_pii_views(v: TextViews) -> list[Finding]:
-    """Every PII hit in the text (overlaps are resolved by the caller)."""
+    """Every PII hit in the text, looked for in its normalised view (a card written with
+    no-break spaces or full-width digits is a card); overlaps are resolved by the caller."""
+    return v.to_original(_scan(v.normal))
+
+
+def _scan(v: TextViews) -> list[Finding]:
     text = v.text
     out = _cards(v) + _ibans(v) + _ssns(v) + _phones(v) + _ips(v)
     if "@" in text:

@@ -17,9 +17,16 @@ from aap_server.guardian.detectors.secret_formats import (
     scan_secrets_views,
 )
 
+
+def _secrets_normalised(v: TextViews) -> list[Finding]:
+    """Secrets in the normalised view: a token split by a zero-width space or written in
+    full-width letters is still that token (spans are the original text's)."""
+    return v.to_original(scan_secrets_views(v.normal))
+
+
 _FAMILIES: dict[Category, Callable[[TextViews], list[Finding]]] = {
     "pii": scan_pii_views,
-    "secret": scan_secrets_views,
+    "secret": _secrets_normalised,
     "injection": scan_injection_views,
 }
 _TEXT_CATEGORIES: tuple[Category, ...] = ("pii", "secret", "injection")
@@ -149,8 +156,8 @@ class FamilyDetector:
 
 DESCRIPTIONS: dict[str, str] = {
     "pii.email": "e-mail address",
-    "pii.phone": "phone number (international, North American or national trunk-0 format)",
-    "pii.card": "payment card number (issuer prefix, length and Luhn checked)",
+    "pii.phone": "phone number (valid in its country's number plan, written as phone numbers are)",
+    "pii.card": "payment card number (brand prefix ranges, lengths and Luhn checked)",
     "pii.iban": "IBAN (country length and mod-97 checked)",
     "pii.ssn": "US social security number (area/group/serial rules checked)",
     "pii.ip": "IPv4 or IPv6 address (not loopback, unspecified or netmask)",

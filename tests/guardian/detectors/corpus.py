@@ -86,6 +86,12 @@ def _pii(b: _Builder, f: Fakes) -> None:
         "Tokyo +81 3-1234-5678",
         '{"phone": "+4915112345678"}',
         "tel: +1-202-555-0173",
+        # Validated per region, written as the region writes them (issue 8).
+        "Mi número es 612 34 56 78",
+        "Handy: 0151 23456789",
+        "office 03-1234-5678 in Tokyo",
+        "Beijing desk +86 139 1234 5678",
+        "Tel Aviv 03-123-4567",
     ):
         b.add(text, phone)
 
@@ -127,6 +133,15 @@ def _pii(b: _Builder, f: Fakes) -> None:
     ):
         b.add(template.format(number), card)
     b.add(f"Amex {amex[:4]} {amex[4:10]} {amex[10:]} expires soon", card)
+    # Brands with their own prefixes and lengths (issue 8).
+    for prefix, length, name in (
+        ("1", 15, "UATP"),
+        ("2131", 15, "JCB"),
+        ("5019", 16, "Dankort"),
+        ("2200", 16, "Mir"),
+        ("6759", 16, "Maestro"),
+    ):
+        b.add(f"{name} {f.card(prefix, length)} on file", card)
     b.add(f"Card {f.group(f.card('4', 16), sep='-')} was declined", card)
 
     iban = "pii.iban"
@@ -669,6 +684,11 @@ def _hard_benign(b: _Builder, f: Fakes) -> None:
     add("Score 123 45 6789 points")
     add("Matrix [[1, 2, 3], [4, 5, 6]] has 6 entries")
     add("Room 101, floor 3, building 12-B")
+    # Digit groups some number plan accepts, but not written as phone numbers (issue 8).
+    add("Ref BE71 0961 2345 6760 was rejected (bad check digits)")
+    add("model XR-2045-1180, ticket 0417 1643 01, zip 94103-1234")
+    add("Account number 13912345678 and card number 36168002586008")
+    add("Dates 03.04.2024 and 2024/04/03, ranges 1990-2024, pages 1234-5678")
     # Versions and dotted numbers.
     add("Upgrade from version 1.2.3.4 to 1.2.4.0")
     add("Chrome/124.0.6367.91 Safari/537.36")

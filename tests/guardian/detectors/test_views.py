@@ -1,0 +1,73 @@
+"""The normalised view the detectors scan (issue 8): what a reader sees, mapped back to the
+original text's offsets so a redaction replaces the right characters."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aap_server.guardian.detectors import scan_all
+from aap_server.guardian.detectors._views import TextViews, normalise
+
+CARD = "4111 1111 1111 1111"
+
+
+@pytest.mark.parametrize(
+    ("text", "seen"),
+    [
+        ("Ig\u00adnore", "Ignore"),  # soft hyphen
+        ("Ign\u200bore\u200d", "Ignore"),  # zero-width space and joiner
+        ("\u202eIgnore\u202c", "Ignore"),  # bidi override
+        ("Ignor\u0435 pr\u0435vious", "Ignore previous"),  # Cyrillic e
+        ("\u0399gnore \u03bfld", "Ignore old"),  # Greek capital iota, omicron
+        ("\uff29\uff47\uff4e\uff4f\uff52\uff45", "Ignore"),  # full-width
+        ("\ufb01le", "file"),  # ligature
+        ("4111\u00a01111\u202f1111\u20091111", CARD),  # no-break and thin spaces
+        ("078\u2013 05\u2011 1120", "078- 05- 1120"),  # en dash, non-breaking hyphen
+        ("a\ufe0fb", "ab"),  # variation selector
+    ],
+)
+def test_the_view_is_what_a_reader_sees(text: str, seen: str) -> None:
+    folded = normalise(text)
+    assert folded is not None
+    assert folded[0] == seen
+
+
+@pytest.mark.parametrize("text", ["plain ascii", "привет, мир", "日本語のテキスト", "café"])
+def test_text_that_reads_as_written_has_no_separate_view(text: str) -> None:
+    assert normalise(text) is None
+    views = TextViews(text)
+    assert views.normal is views
+
+
+def test_a_russian_word_keeps_its_letters() -> None:
+    # Look-alikes are folded only in words that also have Latin letters.
+    folded = normalise("пароль \u0440aypal")
+    assert folded is not None
+    assert folded[0] == "пароль paypal"
+
+
+_NOISE = st.sampled_from(["\u200b", "\u00ad", "\u00a0", "\ufb01", "\u2013", "\uff41", "x", " "])
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=st.lists(_NOISE, max_size=12), after=st.lists(_NOISE, max_size=12))
+def test_findings_keep_their_place_in_the_original_text(
+    before: list[str], after: list[str]
+) -> None:
+    text = "".join(before) + " card " + CARD + " " + "".join(after)
+    cards = [f for f in scan_all(text) if f.detector == "pii.card"]
+    assert [(f.start, f.end, f.value) for f in cards] == [
+        (text.index(CARD), text.index(CARD) + len(CARD), CARD)
+    ]
+    for f in scan_all(text):
+        assert text[f.start : f.end] == f.value
+
+
+def test_a_card_split_by_invisible_characters_is_masked_whole() -> None:
+    text = "pay with 4111 1111\u200b 1111 11\u00ad11 today"
+    (card,) = [f for f in scan_all(text) if f.detector == "pii.card"]
+    assert card.value == "4111 1111\u200b 1111 11\u00ad11"
+    assert text[: card.start] == "pay with "
+    assert text[card.end :] == " today"
