@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.aos.samples import sample_requests
 from tests.e2e.server_process import server_process
