@@ -5,8 +5,8 @@ carried (to recognise it leaving again in a tool's arguments, also base64-, URL-
 hex-encoded) and the placeholders handed out. Texts are never kept whole:
 
 - an untrusted or confidential line of 16+ characters is remembered as a 64-bit hash of its
-  first 16 bytes (lower-cased UTF-8), and untrusted or confidential text as the winnowed
-  hashes of its `CHUNK_CHARS`-character chunks (`chunk_prints`), at most `MAX_LINE_PRINTS`
+  first 16 bytes (lower-cased UTF-8), and untrusted or confidential text as the hashes of
+  `CHUNK_CHARS`-character chunks of it (`chunk_prints`), at most `MAX_LINE_PRINTS`
   per session (oldest forgotten first): it is recognised when those 16 bytes, or any
   `CHUNK_CHARS + CHUNK_WINDOW - 1` letters and digits of it in a row, occur in a later tool
   argument (whatever the spacing, punctuation or case, split across arguments or not);
@@ -29,6 +29,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import itertools
 import re
 import urllib.parse
 from collections import OrderedDict
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 
 from aap_server.guardian.detectors import Finding
-from aap_server.guardian.fingerprints import Prints, fingerprint
+from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
     MAX_CALLS,
     MAX_TRUSTED_PRINTS,
@@ -70,30 +71,46 @@ def value_print(value: str) -> int:
     return fingerprint(value.lower().encode())
 
 
-# Winnowing (Schleimer, Wilkerson, Aiken 2003) over the letters and digits of a text: the
-# hashes of all its `CHUNK_CHARS`-long chunks, of which the smallest in every `CHUNK_WINDOW`
-# consecutive ones is kept (about one in 4.5), so any run of CHUNK_CHARS + CHUNK_WINDOW - 1
-# (31) letters and digits of a tracked text, about 40 characters of prose, shares a kept hash.
+# Untrusted or confidential text is kept as the hashes of `CHUNK_CHARS`-long chunks of its
+# letters and digits (lower-cased), one starting at every `CHUNK_STRIDE`-th of them (and the
+# last); a tool argument is hashed at every position (`window_prints`), so any run of
+# CHUNK_CHARS + CHUNK_STRIDE - 1 (31) letters and digits of a tracked text, about 40
+# characters of prose, shares a kept hash. Earlier versions kept the winnowed hashes of the
+# same chunks (the smallest of every 8 in a row): being hashes of the same chunks, memory they
+# stored is matched the same way, with no conversion.
 CHUNK_CHARS = 24
-CHUNK_WINDOW = 8
+CHUNK_STRIDE = 8
 _NOT_ALNUM = re.compile(r"[\W_]+")
+# The same for ASCII, as bytes to delete (`bytes.translate`: no match objects, C speed).
+_NOT_ALNUM_ASCII = bytes(b for b in range(128) if not chr(b).isalnum())
 
 
-def _chunk_hashes(text: str) -> Iterator[int]:
-    """The hash of every CHUNK_CHARS-long run of a text's letters and digits (lower-cased),
-    in order: C-speed work per character."""
-    flat = _NOT_ALNUM.sub("", text.lower())
-    for i in range(len(flat) - CHUNK_CHARS + 1):
-        yield fingerprint(flat[i : i + CHUNK_CHARS].encode())
+def _chunk_spans(length: int, step: int) -> Iterator[slice]:
+    """The CHUNK_CHARS-long spans of a `length`-long text starting at every `step`-th
+    position, and the last one."""
+    last = length - CHUNK_CHARS
+    if last < 0:
+        return iter(())
+    spans = map(slice, range(0, last, step), itertools.count(CHUNK_CHARS, step))
+    return itertools.chain(spans, (slice(last, None),))
+
+
+def _chunks_at(text: str, step: int) -> list[int]:
+    """The hashes of the CHUNK_CHARS-long runs of a text's letters and digits (lower-cased,
+    as UTF-8) starting at every `step`-th of them, and the last run, in order."""
+    lowered = text.lower()
+    if lowered.isascii():  # a character is a byte: the UTF-8 is cut directly
+        flat = lowered.encode().translate(None, _NOT_ALNUM_ASCII)
+        return list(fingerprints(map(flat.__getitem__, _chunk_spans(len(flat), step))))
+    flat_text = _NOT_ALNUM.sub("", lowered)
+    chunks = map(flat_text.__getitem__, _chunk_spans(len(flat_text), step))
+    return list(fingerprints(map(str.encode, chunks)))
 
 
 def chunk_prints(text: str) -> list[int]:
-    """The winnowed chunk hashes of a text (see `CHUNK_CHARS`), in order, each once."""
-    hashes = list(_chunk_hashes(text))
-    if len(hashes) <= CHUNK_WINDOW:
-        return [min(hashes)] if hashes else []
-    windows = range(len(hashes) - CHUNK_WINDOW + 1)
-    return list(dict.fromkeys(min(hashes[i : i + CHUNK_WINDOW]) for i in windows))
+    """What is kept of an untrusted or confidential text: its chunk hashes (see
+    `CHUNK_CHARS`), in order, each once. About one per `CHUNK_STRIDE` letters and digits."""
+    return list(dict.fromkeys(_chunks_at(text, CHUNK_STRIDE)))
 
 
 def line_prints(text: str) -> Iterator[int]:
@@ -129,13 +146,13 @@ def decoded_forms(text: str) -> list[bytes]:
 
 def window_prints(forms: Iterable[bytes]) -> set[int]:
     """Every fingerprint a remembered line or chunk may have in these forms of a text: of the
-    `PRINT_BYTES` bytes at each offset and of each chunk. Linear in the text (one hash per
-    offset); taken once per tool call, whatever its rules ask."""
+    `PRINT_BYTES` bytes at each offset and of the chunk at each position. Linear in the text
+    (one hash per offset, by C-level maps); taken once per tool call, whatever its rules ask."""
     found: set[int] = set()
-    size = PRINT_BYTES
     for data in forms:
-        found.update(fingerprint(data[i : i + size]) for i in range(len(data) - size + 1))
-        found.update(_chunk_hashes(data.decode("utf-8", "replace")))
+        ends = range(PRINT_BYTES, len(data) + 1)
+        found.update(fingerprints(map(data.__getitem__, map(slice, itertools.count(), ends))))
+        found.update(_chunks_at(data.decode("utf-8", "replace"), 1))
     return found
 
 
