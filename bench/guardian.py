@@ -2,13 +2,14 @@
 
 For three typical steps (a 1 KB user message, a tool call with arguments, a 4 KB tool result)
 it prints the median and p99 of one `check`, and the ratio to a bare `msgspec.json.decode` of
-the same request measured in the same run. Then it runs demo-agent turns in-process (SQLite
-on a temp file) and prints the share of the turn's time spent in guardian checks. Last, it
-starts a second aap-server process on loopback and prints what asking it as a remote guardian
-(after the in-process policy) adds to each step.
+the same request measured in the same run, and what the session memory's fingerprints cost
+alone. Then it runs demo-agent turns in-process (SQLite on a temp file) and prints the share
+of the turn's time spent in guardian checks. Last, it starts a second aap-server process on
+loopback and prints what asking it as a remote guardian (after the in-process policy) adds to
+each step.
 
     python bench/guardian.py          # all of the above
-    python bench/guardian.py --steps  # only the per-step figures and the detectors per text
+    python bench/guardian.py --steps  # only the per-step figures, detectors and fingerprints
     python bench/guardian.py --rss    # server RSS before/after 100 x 2 MB untrusted results
 """
 
@@ -30,6 +31,7 @@ from aap_server import aos
 from aap_server.guardian import Guardian
 from aap_server.guardian.chain import ChainMember, GuardianChain
 from aap_server.guardian.detectors import scan_all
+from aap_server.guardian.memory import chunk_prints, decoded_forms, window_prints
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.remote import RemoteGuardian
@@ -134,6 +136,32 @@ def detectors(samples: int = 2000) -> None:
         median = statistics.median(times) / 1000
         p99 = statistics.quantiles(times, n=100)[98] / 1000
         print(f"{name:<26} {median:8.1f}µs {p99:8.1f}µs")
+
+
+def memory_prints(samples: int = 2000) -> None:
+    """What the session memory's fingerprints cost alone: those kept of a 4 KB untrusted text
+    (`chunk_prints`), and those a tool argument is looked up by (`window_prints`), against a
+    bare lower-casing of the same text (a pass over it at C speed) measured in the same run."""
+    print(f"\nmemory fingerprints alone, {samples} samples each")
+    print(f"{'work':<26} {'median':>10} {'p99':>10} {'lower()':>10} {'ratio':>7}")
+    argument = prose(1024)
+    work = {
+        "chunk_prints, 4 KB": (prose(4096), chunk_prints),
+        "window_prints, 1 KB arg": (argument, lambda t: window_prints(decoded_forms(t))),
+    }
+    for name, (text, run) in work.items():
+        times, baseline = [], []
+        for _ in range(samples):
+            start = time.perf_counter_ns()
+            text.lower()
+            baseline.append(time.perf_counter_ns() - start)
+            start = time.perf_counter_ns()
+            run(text)
+            times.append(time.perf_counter_ns() - start)
+        median = statistics.median(times) / 1000
+        lower = statistics.median(baseline) / 1000
+        p99 = statistics.quantiles(times, n=100)[98] / 1000
+        print(f"{name:<26} {median:8.1f}µs {p99:8.1f}µs {lower:8.1f}µs {median / lower:6.0f}x")
 
 
 class Timed(Guardian):
@@ -283,6 +311,7 @@ if __name__ == "__main__":
         sys.exit(0)
     asyncio.run(per_step())
     detectors()
+    memory_prints()
     if sys.argv[1:] == ["--steps"]:
         sys.exit(0)
     asyncio.run(share_of_turn())

@@ -8,7 +8,7 @@ hex-encoded) and the placeholders handed out. Texts are never kept whole:
   first 16 bytes (lower-cased UTF-8), and untrusted or confidential text as the hashes of
   `CHUNK_CHARS`-character chunks of it (`chunk_prints`), at most `MAX_LINE_PRINTS`
   per session (oldest forgotten first): it is recognised when those 16 bytes, or any
-  `CHUNK_CHARS + CHUNK_WINDOW - 1` letters and digits of it in a row, occur in a later tool
+  `CHUNK_CHARS + CHUNK_STRIDE - 1` letters and digits of it in a row, occur in a later tool
   argument (whatever the spacing, punctuation or case, split across arguments or not);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
   of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
