@@ -18,10 +18,11 @@ def fingerprint(data: bytes) -> int:
 
 def fingerprints(chunks: Iterable[bytes]) -> Iterator[int]:
     """`fingerprint` of each chunk, in order, by C-level maps: no Python frame per chunk, what
-    hashing a text at every offset needs to stay cheap."""
-    taken = list(chunks)
-    high = map(operator.lshift, map(zlib.crc32, taken), itertools.repeat(32))
-    return map(operator.or_, high, map(zlib.adler32, taken))
+    hashing a text at every offset needs to stay cheap. Streams (the two maps are consumed in
+    step, so `tee` holds one chunk): the chunks of a large text are never all held at once."""
+    crcs, adlers = itertools.tee(chunks)
+    high = map(operator.lshift, map(zlib.crc32, crcs), itertools.repeat(32))
+    return map(operator.or_, high, map(zlib.adler32, adlers))
 
 
 class Prints:
