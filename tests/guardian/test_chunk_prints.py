@@ -53,10 +53,17 @@ def test_a_text_costs_one_hash_per_stride(hashes_taken: list[int]) -> None:
     assert 0 < len(prints) <= hashes_taken[0] <= limit
 
 
-def test_every_guaranteed_run_of_a_tracked_text_is_recognised() -> None:
+NON_ASCII_NOTE = (
+    "Réunion à 10 h : le plan Q3 de l'équipe — Café Müller, Zürich; данные плана 2024, "
+    "Ωμέγα budget 1\u00a0200\u00a0000 EUR"
+)
+
+
+@pytest.mark.parametrize("note", [LONG_NOTE, NON_ASCII_NOTE])
+def test_every_guaranteed_run_of_a_tracked_text_is_recognised(note: str) -> None:
     tracked = guardian_memory.Prints(guardian_memory.MAX_LINE_PRINTS)
-    tracked.add_all(guardian_memory.chunk_prints(LONG_NOTE))
-    flat = re.sub(r"[\W_]+", "", LONG_NOTE.lower())
+    tracked.add_all(guardian_memory.chunk_prints(note))
+    flat = re.sub(r"[\W_]+", "", note.lower())
     for start in range(len(flat) - GUARANTEED_RUN + 1):
         # Upper-cased and spaced out, inside other text: still the same letters and digits.
         run = " ".join(flat[start : start + GUARANTEED_RUN].upper())
