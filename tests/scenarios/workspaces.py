@@ -387,8 +387,11 @@ def _iban_and_amount(results: list[str]) -> ToolCall:
     )
 
 
-def _best_hotel(results: list[str]) -> ToolCall:
-    hotels = json.loads(results[0])
+def _best_hotel(results: list[str]) -> ToolCall | str:
+    try:
+        hotels = json.loads(results[0])
+    except ValueError:  # withheld or cut by the guardian: nothing to choose from
+        return "I could not read the hotel list."
     best = max(hotels, key=lambda h: h["rating"])
     return ToolCall(name="book_hotel", input={"hotel": best["name"], "nights": 3})
 
