@@ -79,9 +79,10 @@ class ServerProcess:
 
 
 @asynccontextmanager
-async def server_process(workdir: Path, **env: str) -> AsyncIterator[ServerProcess]:
-    """`aap-server serve` with the database in `workdir`, alice's and bob's keys and `env`
-    (`AAP_*` settings); answers `GET /meta` before this yields; killed if still running."""
+async def server_process(workdir: Path, *args: str, **env: str) -> AsyncIterator[ServerProcess]:
+    """`aap-server serve ARGS` (e.g. `--config FILE`) with the database in `workdir`, alice's and
+    bob's keys and `env` (`AAP_*` settings); answers `GET /meta` before this yields; killed if
+    still running."""
     port = free_port()
     environment = {
         **os.environ,
@@ -98,6 +99,7 @@ async def server_process(workdir: Path, **env: str) -> AsyncIterator[ServerProce
             "-m",
             "aap_server.cli",
             "serve",
+            *args,
             env=environment,
             stdout=output,
             stderr=subprocess.STDOUT,
