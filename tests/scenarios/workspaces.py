@@ -338,7 +338,11 @@ class CompromisedModel(TurnModel):
         if step >= len(plan):
             yield TextDelta("Done.")
             return
-        outcome = plan[step]([results.get(i, "") for i in own])
+        try:
+            outcome = plan[step]([results.get(i, "") for i in own])
+        except (ValueError, KeyError, IndexError, TypeError):
+            # A result the guardian withheld or cut reads as nothing to go on.
+            outcome = "I could not read the tool's result."
         if isinstance(outcome, str):
             yield TextDelta(outcome)
         else:
@@ -387,11 +391,8 @@ def _iban_and_amount(results: list[str]) -> ToolCall:
     )
 
 
-def _best_hotel(results: list[str]) -> ToolCall | str:
-    try:
-        hotels = json.loads(results[0])
-    except ValueError:  # withheld or cut by the guardian: nothing to choose from
-        return "I could not read the hotel list."
+def _best_hotel(results: list[str]) -> ToolCall:
+    hotels = json.loads(results[0])
     best = max(hotels, key=lambda h: h["rating"])
     return ToolCall(name="book_hotel", input={"hotel": best["name"], "nights": 3})
 
