@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import socket
 import sqlite3
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -27,7 +28,7 @@ logger = logging.getLogger("aap_server")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {name: getattr(args, name, None) for name in ("host", "port", "db")}
+    overrides = {name: getattr(args, name, None) for name in ("host", "port", "db", "workers")}
     if getattr(args, "allow_open", False):
         overrides["allow_open"] = True
     return load_settings(args.config, overrides=overrides)
@@ -172,24 +173,44 @@ def serve(args: argparse.Namespace) -> int:
     # made small turns wait behind an attacker's scans; 1 ms bounds that hand-off.
     sys.setswitchinterval(0.001)
 
+    def run(sockets: list[socket.socket] | None = None) -> None:
+        try:
+            app = create_app(settings)
+        except TracingError as error:
+            raise ConfigError(str(error)) from error
+        tune_gc()
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is
+            # left is connections finishing their last bytes.
+            timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
+            access_log=False,  # ours has the request id (api/observability.py)
+            log_config=None,  # keep the one format configure_logging set up
+        )
+        DrainingServer(config, app.state.drain).run(sockets)
+
+    workers = settings.worker_processes()
+    if workers == 1:
+        run()
+        return 0
+    from aap_server.api.workers import bind, run_workers
+
     try:
-        app = create_app(settings)
-    except TracingError as error:
-        raise ConfigError(str(error)) from error
-    tune_gc()
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is left
-        # is connections finishing their last bytes.
-        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
-        access_log=False,  # ours has the request id (api/observability.py)
-        log_config=None,  # keep the one format configure_logging set up
-    )
-    DrainingServer(config, app.state.drain).run()
-    return 0
+        listener = bind(settings.host, settings.port)
+    except OSError as error:
+        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {error}") from error
+
+    def run_worker(sock: socket.socket) -> None:
+        try:
+            run([sock])
+        except ConfigError as error:  # e.g. an agent that fails to load: each worker's own
+            print(f"aap-server: {error}", file=sys.stderr)
+            raise SystemExit(2) from error
+
+    return run_workers(run_worker, listener, workers)
 
 
 def export_openapi(args: argparse.Namespace) -> int:
@@ -352,6 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--port", type=int, help="port (default 8000)")
     serve_parser.add_argument("--db", help=DB_HELP)
     serve_parser.add_argument("--config", help="TOML configuration file")
+    serve_parser.add_argument(
+        "--workers",
+        type=int,
+        help="server processes on one socket and database (default 1; 0: one per core)",
+    )
     serve_parser.add_argument(
         "--allow-open",
         action="store_true",

@@ -90,6 +90,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     db_pool_max: int = 10
     db_timeout_seconds: float = 10.0
     turn_lease_seconds: float = 30.0
+    # `serve`: server processes sharing the listening socket and the database (0: one per
+    # core). With a SQLite file and more than one, the turn lease is kept in the file.
+    workers: int = 1
     api_keys: list[ApiKey] = msgspec.field(default_factory=list)
     # Serve GET /meta without a key (AAP allows capability discovery in public).
     public_meta: bool = True
@@ -163,6 +166,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # The built-in browser console at /console; "auto": only when `host` is a loopback address.
     console: bool | Literal["auto"] = "auto"
 
+    def worker_processes(self) -> int:
+        """How many processes `serve` runs: `workers`, or one per usable core for 0."""
+        return self.workers or len(os.sched_getaffinity(0))
+
     def __post_init__(self) -> None:
         for name in (
             "page_size",
@@ -203,6 +210,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.workers < 0:
+            raise ValueError("workers must be 0 (one per core) or more")
+        if self.db == ":memory:" and self.worker_processes() > 1:
+            raise ValueError("workers: an in-memory database cannot be shared; use 1 or a file")
         if not 0 <= self.db_pool_min <= self.db_pool_max:
             raise ValueError("db_pool_min must be between 0 and db_pool_max")
         if not 0 < self.port < 65536:

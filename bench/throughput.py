@@ -11,7 +11,7 @@ server's threads from /proc/PID/task/*/schedstat, which does not depend on what 
 machine runs (the throughput does).
 
     python bench/throughput.py [--seconds 3] [--rounds 3] [--concurrency 20]
-        [--against GIT_REF] [--baseline-cmd 'node ref/server.js --port {port}']
+        [--against GIT_REF] [--workers 1,2] [--baseline-cmd 'node ref/server.js --port {port}']
 """
 
 from __future__ import annotations
@@ -90,9 +90,11 @@ def checkout(ref: str, into: Path) -> Path:
     return target
 
 
-def start_aap(db: Path, source: Path | None = None, tag: str = "") -> Server:
-    """aap-server from the checkout `source` if given (named with `tag`), else this tree."""
+def start_aap(db: Path, source: Path | None = None, tag: str = "", workers: int = 1) -> Server:
+    """aap-server from the checkout `source` if given (named with `tag`), else this tree;
+    `workers` processes (`serve --workers`), pinned to as many CPUs from CPU 0 on."""
     env = {
+        "AAP_WORKERS": str(workers),
         "AAP_API_KEYS": f"{KEY}:bench:bench",
         "AAP_LOG_LEVEL": "warning",
         "AAP_DB": str(db),
@@ -103,9 +105,8 @@ def start_aap(db: Path, source: Path | None = None, tag: str = "") -> Server:
         # The checkout first; this tree after it still provides bench.echo_agent.
         "PYTHONPATH": f"{source}:{ROOT}" if source else str(ROOT),
     }
-    process, base = launch_server(
-        env, preexec_fn=pin(SERVER_CPUS), cwd=str(source) if source else None
-    )
+    cpus = SERVER_CPUS | set(range(min(workers, os.cpu_count() or 1)))
+    process, base = launch_server(env, preexec_fn=pin(cpus), cwd=str(source) if source else None)
     wait_ready(process, base)
     name = "aap-server" + tag
     port = int(base.rsplit(":", 1)[1])
@@ -219,7 +220,9 @@ def start_servers(arguments: argparse.Namespace, tmp: Path, servers: list[Server
     )
     servers.append(Server("bare litestar", bare, bare_port, "", lambda _: "/echo"))
     wait_ready(bare, f"http://127.0.0.1:{bare_port}", "/schema/openapi.json")
-    servers.append(start_aap(tmp / "bench.db"))
+    for workers in arguments.workers:
+        tag = f" w{workers}" if arguments.workers != [1] else ""
+        servers.append(start_aap(tmp / f"bench-w{workers}.db", tag=tag, workers=workers))
     if arguments.against:
         source = checkout(arguments.against, tmp)
         servers.append(start_aap(tmp / "bench-against.db", source, f"@{arguments.against}"))
@@ -289,6 +292,13 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument(
         "--against", help="also run aap-server as of this git ref (before/after a change)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1],
+        help="aap-server with each of these `serve --workers` counts, e.g. 1,2 (default 1); "
+        "N workers are pinned to CPUs 0..N-1, so with 2 on 2 cores the client shares one",
     )
     parser.add_argument("--baseline-cmd", help="a server to compare with; {port} is replaced")
     parser.add_argument("--baseline-agent", default="echo", help="the agent it hosts")

@@ -174,6 +174,7 @@ def create_app(
         pool_min=settings.db_pool_min,
         pool_max=settings.db_pool_max,
         timeout_seconds=settings.db_timeout_seconds,
+        shared_leases=settings.worker_processes() > 1,
     )
     principal_limits = PrincipalLimits(
         requests_per_second=settings.rate_limit_per_second,

@@ -1,7 +1,8 @@
 """The turn lease across replicas: one turn per session, whichever replica runs it.
 
 The runtime's in-process `_active` map answers for this replica; the store's lease answers
-for every replica sharing the database (a no-op for SQLite, which one process owns). A held
+for every replica sharing the database (PostgreSQL, or a SQLite file served by several
+`serve --workers`; a no-op for a SQLite file one process owns). A held
 lease is renewed every third of its time to live while the turn runs, so a turn may run
 longer than the lease, and a replica that dies holding one frees the session once it lapses.
 """
@@ -23,7 +24,8 @@ class TurnLeases:
         self.store = store
         self.ttl_seconds = ttl_seconds
         # A principal's turns at once across every replica (0: no limit); a store with no
-        # shared leases (SQLite) leaves it to the in-process count (`PrincipalLimits`).
+        # shared leases (SQLite in one process) leaves it to the in-process count
+        # (`PrincipalLimits`).
         self.max_turns = max_turns
         self._renewers: dict[str, asyncio.Task[None]] = {}  # turn id -> its renewing task
 

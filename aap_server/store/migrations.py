@@ -155,6 +155,17 @@ MIGRATIONS: tuple[str, ...] = (
     -- page read after a compaction is refused rather than stitched to one from before.
     ALTER TABLE sessions ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0;
     """,
+    # 6: turn leases, for `serve --workers N` (several processes on one file): one turn per
+    # session across them, as PostgreSQL's `turn_leases` (see SqliteSessionStore.take_turn).
+    """
+    CREATE TABLE turn_leases (
+        session_id TEXT PRIMARY KEY,
+        turn_id    TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,  -- unix ms (one machine: every worker shares the clock)
+        owner      TEXT               -- the principal running it (max_concurrent_turns)
+    ) WITHOUT ROWID;
+    CREATE INDEX turn_leases_by_owner ON turn_leases (owner, expires_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -20,12 +20,13 @@ def store_for_db(
     pool_min: int = 2,
     pool_max: int = 10,
     timeout_seconds: float = 10.0,
+    shared_leases: bool = False,
 ) -> SessionStore:
     """The (not yet opened) store for `db`: PostgreSQL shared by every replica for a
-    `postgresql://` URL, otherwise the SQLite file of one process."""
+    `postgresql://` URL, otherwise a SQLite file (`shared_leases`: of several processes)."""
     if is_postgres(db):
         settings = PostgresSettings(
             dsn=db, pool_min=pool_min, pool_max=pool_max, timeout_seconds=timeout_seconds
         )
         return PostgresSessionStore(settings, limits)
-    return SqliteSessionStore(db, limits)
+    return SqliteSessionStore(db, limits, shared_leases=shared_leases)

@@ -15,7 +15,9 @@ the history before it.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,12 +34,17 @@ from aap_server.store.base import (
     HistoryChangedError,
     HistoryKind,
     HistoryPage,
+    LeaseLostError,
+    QuotaExceededError,
     SessionPage,
     SessionRecord,
     SessionStore,
     StepWrite,
     StoreLimits,
+    TurnFence,
+    TurnInProgressError,
     TurnSnapshot,
+    turn_fence,
 )
 from aap_server.store.caller_memory import (
     EVICT_BATCH,
@@ -198,6 +205,23 @@ _DROP_ENTRIES_THROUGH = (
 )
 _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = ?, start_hash = ? WHERE chain = ?"
 
+# The turn lease (only with `shared_leases`: several worker processes on one file). Each
+# statement runs in a BEGIN IMMEDIATE transaction, so writers in every process see each
+# other's leases in order; times are unix ms from the one machine's clock.
+_TAKE_LEASE = (
+    "INSERT INTO turn_leases (session_id, turn_id, expires_at, owner) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
+    "expires_at = excluded.expires_at, owner = excluded.owner "
+    "WHERE turn_leases.expires_at <= ?5 OR turn_leases.turn_id = ?2"
+)
+_LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = ? AND expires_at > ?"
+_LIVE_TURNS = (
+    "SELECT COUNT(*) FROM turn_leases WHERE owner = ? AND expires_at > ? AND session_id <> ?"
+)
+_RENEW_LEASE = "UPDATE turn_leases SET expires_at = ? WHERE session_id = ? AND turn_id = ?"
+_RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = ? AND turn_id = ?"
+_DROP_LEASE = "DELETE FROM turn_leases WHERE session_id = ?"
+
 
 _SELECT_CALLER_MEMORY = (
     "SELECT memory, version FROM caller_memory WHERE caller = ? AND session_id = ?"
@@ -311,6 +335,20 @@ def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], 
     return result
 
 
+def _locked_transaction(
+    lock: int, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]
+) -> _T:
+    """`_transaction` under an exclusive flock shared by every worker on the file: writers
+    queue in the kernel and the next one wakes as soon as the last commits, instead of
+    polling SQLite's write lock through the busy handler, which sleeps 1, 2, 5, 10 … ms
+    between tries (measured: p99 2x with 2 workers under load)."""
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        return _transaction(conn, body)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _append(
     conn: sqlite3.Connection, kind: HistoryKind, session_id: str, messages: Sequence[bytes]
 ) -> None:
@@ -357,6 +395,47 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -
         conn.execute(_ADD_USAGE, (owner, 0, added))
     if step.guardian_memory is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
+
+
+def _take_lease_sync(
+    conn: sqlite3.Connection,
+    session_id: str,
+    turn_id: str,
+    ttl_ms: int,
+    owner: str,
+    max_turns: int,
+) -> str | None:
+    now = now_ms()
+    taken = conn.execute(
+        _TAKE_LEASE, (session_id, turn_id, now + ttl_ms, owner or None, now)
+    ).rowcount
+    if not taken:
+        holder = conn.execute(_LEASE_HOLDER, (session_id, now)).fetchone()
+        return holder[0] if holder else "(finishing)"
+    if max_turns:  # in the same write transaction: workers taking at once are serialised
+        (running,) = conn.execute(_LIVE_TURNS, (owner, now, session_id)).fetchone()
+        if running >= max_turns:
+            raise QuotaExceededError("turns", max_turns, running)  # rolls the take back
+    return None
+
+
+def _check_fence_sync(conn: sqlite3.Connection, fence: TurnFence) -> None:
+    """In a step's own write transaction (no other process can take the lease before it
+    commits): refuse the step unless its turn still holds an unexpired lease."""
+    row = conn.execute(_LEASE_HOLDER, (fence.session_id, now_ms())).fetchone()
+    if row is None or row[0] != fence.turn_id:
+        raise LeaseLostError(
+            f"turn {fence.turn_id} no longer holds session {fence.session_id!r}"
+            f" (held by {row[0] if row else 'no turn'}); its step was not stored"
+        )
+
+
+def _take_for_deletion_sync(conn: sqlite3.Connection, session_id: str) -> None:
+    """A deletion takes the lease in its transaction: a turn holding it keeps the session."""
+    row = conn.execute(_LEASE_HOLDER, (session_id, now_ms())).fetchone()
+    if row is not None:
+        raise TurnInProgressError(session_id, row[0])
+    conn.execute(_DROP_LEASE, (session_id,))
 
 
 def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDraft]) -> int:
@@ -539,8 +618,15 @@ async def _call(
 class SqliteSessionStore(SessionStore):
     """SessionStore on one SQLite file (or `":memory:"`), WAL mode, one writer connection."""
 
-    def __init__(self, path: str, limits: StoreLimits | None = None) -> None:
+    def __init__(
+        self, path: str, limits: StoreLimits | None = None, *, shared_leases: bool = False
+    ) -> None:
         self._path = path
+        # Several worker processes on this file (`serve --workers N`, N > 1): the turn lease
+        # is kept in the database. One process alone keeps the base class's no-ops, so its
+        # turns pay no lease transactions (the runtime's in-process lock is the whole rule).
+        self.shared_leases = shared_leases
+        self._writer_lock: int | None = None  # the flock file of the workers' writes
         self._limits = limits or StoreLimits()
         self._wal = path != ":memory:"
         self._db: aiosqlite.Connection | None = None
@@ -562,7 +648,11 @@ class SqliteSessionStore(SessionStore):
         return await _call(db, conn, fn)
 
     async def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        result = await self._run(lambda conn: _transaction(conn, body))
+        lock = self._writer_lock
+        if lock is None:
+            result = await self._run(lambda conn: _transaction(conn, body))
+        else:
+            result = await self._run(lambda conn: _locked_transaction(lock, conn, body))
         if self.checkpointer is not None:
             self.checkpointer.commits += 1
         return result
@@ -582,6 +672,8 @@ class SqliteSessionStore(SessionStore):
             await db.close()
             raise
         self._db, self._conn = db, conn
+        if self._wal and self.shared_leases:
+            self._writer_lock = os.open(f"{self._path}-writer", os.O_RDWR | os.O_CREAT, 0o600)
         if self._wal:
             self.checkpointer = Checkpointer(self._path, CHECKPOINT_SECONDS, WAL_RESTART_PAGES)
             self.checkpointer.start()
@@ -598,8 +690,16 @@ class SqliteSessionStore(SessionStore):
             # Queued behind every operation already started (FIFO), so those finish first.
             if self._wal:
                 await _call(db, conn, _checkpoint_sync)
+        except sqlite3.OperationalError:
+            # Other workers still have the file open (busy): the last one to close folds
+            # the WAL in (SQLite checkpoints when a database's last connection closes).
+            if not self.shared_leases:
+                raise
         finally:
             await db.close()
+            if self._writer_lock is not None:
+                os.close(self._writer_lock)
+                self._writer_lock = None
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -647,7 +747,16 @@ class SqliteSessionStore(SessionStore):
     async def delete_session(self, session_id: str, owner: str) -> bool:
         # Child rows go with it through ON DELETE CASCADE, in the same transaction; the audit
         # chain is only marked ended (pruned after the retention period).
-        return await self._write(lambda conn: _delete_sync(conn, session_id, owner))
+        if not self.shared_leases:
+            return await self._write(lambda conn: _delete_sync(conn, session_id, owner))
+
+        def delete(conn: sqlite3.Connection) -> bool:
+            if conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone() is None:
+                return False
+            _take_for_deletion_sync(conn, session_id)
+            return _delete_sync(conn, session_id, owner)
+
+        return await self._write(delete)
 
     # -- history and state ------------------------------------------------------------------
 
@@ -692,7 +801,16 @@ class SqliteSessionStore(SessionStore):
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
         step = encode_step(write)
-        await self._write(lambda conn: _commit_sync(conn, session_id, step))
+        fence = turn_fence.get() if self.shared_leases else None
+        if fence is None or fence.session_id != session_id:
+            await self._write(lambda conn: _commit_sync(conn, session_id, step))
+            return
+
+        def fenced(conn: sqlite3.Connection) -> None:
+            _check_fence_sync(conn, fence)
+            _commit_sync(conn, session_id, step)
+
+        await self._write(fenced)
 
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         if limit < 1:
@@ -754,3 +872,40 @@ class SqliteSessionStore(SessionStore):
         save = CallerMemorySave(session_id, memory, tainted, version)
         limits = self._limits
         return await self._write(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))
+
+    # -- turn lease (only with `shared_leases`) ---------------------------------------------
+
+    async def take_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+    ) -> str | None:
+        if not self.shared_leases:
+            return None
+        ttl_ms = int(ttl_seconds * 1000)
+        return await self._write(
+            lambda conn: _take_lease_sync(conn, session_id, turn_id, ttl_ms, owner, max_turns)
+        )
+
+    async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
+        if not self.shared_leases:
+            return True
+        params = (now_ms() + int(ttl_seconds * 1000), session_id, turn_id)
+        renewed: int = await self._write(lambda conn: conn.execute(_RENEW_LEASE, params).rowcount)
+        return renewed == 1
+
+    async def release_turn(self, session_id: str, turn_id: str) -> None:
+        if self.shared_leases:
+            await self._write(lambda conn: conn.execute(_RELEASE_LEASE, (session_id, turn_id)))
+
+    async def turn_holder(self, session_id: str) -> str | None:
+        if not self.shared_leases:
+            return None
+        row = await self._run(
+            lambda conn: conn.execute(_LEASE_HOLDER, (session_id, now_ms())).fetchone()
+        )
+        return row[0] if row else None

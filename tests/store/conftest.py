@@ -39,6 +39,12 @@ FACTORIES = (
     StoreFactory(
         "sqlite-memory", False, lambda d, limits=None: SqliteSessionStore(":memory:", limits)
     ),
+    # `serve --workers N`: the file shared by several processes, the turn lease in it.
+    StoreFactory(
+        "sqlite-workers",
+        True,
+        lambda d, limits=None: SqliteSessionStore(str(d / "s.db"), limits, shared_leases=True),
+    ),
     StoreFactory("postgres", True, _postgres, postgres=True),
 )
 
