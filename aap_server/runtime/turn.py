@@ -134,7 +134,7 @@ class TurnRun:
         )
         # No event of the turn reaches the client before it ends (`none`): the input's write
         # goes with the turn's next one (one transaction, one hop fewer), still committed
-        # before anything is acknowledged (README "Durability").
+        # before anything is acknowledged (README "Benchmarks": durability).
         self._defer_input = defer_input
         self._deferred: StepWrite | None = None
         self.messages = messages
