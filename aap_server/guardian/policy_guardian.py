@@ -84,6 +84,32 @@ _SCANS = FairScanPool()
 # injection only on steps some rule can look at it on.
 PRIVATE_FAMILIES: tuple[Category, ...] = ("pii", "secret")
 
+# The detector hits of the texts scanned last are kept (a pure function of the text and the
+# families): a turn's input is scanned again in the reply that quotes or echoes it, the
+# stream screen's message again by its `steps/message` check. Only texts up to this long,
+# at most this many: the memory stays under 2 MB.
+RECENT_SCAN_CHARS = 4 * 1024
+RECENT_SCANS = 256
+
+
+class RecentScans:
+    """`scan_all` results by (families, text), the newest `RECENT_SCANS` (oldest out first).
+    Shared by the event loop and scan workers: single dict operations only."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[tuple[Category, ...], str], list[Finding]] = {}
+
+    def get(self, families: tuple[Category, ...], text: str) -> list[Finding] | None:
+        return self._found.get((families, text))
+
+    def put(self, families: tuple[Category, ...], text: str, found: list[Finding]) -> None:
+        if len(text) > RECENT_SCAN_CHARS:
+            return
+        found_by = self._found
+        found_by[(families, text)] = found
+        if len(found_by) > RECENT_SCANS:
+            found_by.pop(next(iter(found_by)), None)
+
 
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
     if patterns is None:
@@ -129,6 +155,7 @@ class _Step:
         self.view = view
         self.policy = policy
         self.families = families(view.method)
+        self._recent = families.recent
         # A tool call of a tool the policy labels egress.
         self.egress = view.tool is not None and _names_match(policy.egress.tools, view.tool)
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
@@ -151,7 +178,11 @@ class _Step:
         redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            found = self._scans[text] = scan_all(text, self.families, should_stop=self.stopped)
+            found = self._recent.get(self.families, text)
+            if found is None:
+                found = scan_all(text, self.families, should_stop=self.stopped)
+                self._recent.put(self.families, text, found)
+            self._scans[text] = found
         return found
 
     def prepare(self, *, arguments: bool = False) -> None:
@@ -245,6 +276,7 @@ class _Families:
             )
             for method in methods
         }
+        self.recent = RecentScans()  # per policy: another may scan for other families
 
     def __call__(self, method: str) -> tuple[Category, ...]:
         return self._by_method.get(method, self._any)

@@ -475,6 +475,7 @@ class AapService:
             guardian_memory=snapshot.guardian_memory,
             refuse_modified_input=self.refuse_modified_input,
             deltas_seen=turn.mode == "delta",
+            defer_input=turn.mode == "none",
         )
 
     async def _close_interrupted(self, session_id: str, pending: list[PendingToolCall]) -> bool:

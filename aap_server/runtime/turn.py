@@ -113,6 +113,7 @@ class TurnRun:
         guardian_memory: bytes | None = None,
         refuse_modified_input: bool = False,
         deltas_seen: bool = True,
+        defer_input: bool = False,
     ) -> None:
         self.hosted = hosted
         self.agent = hosted.agent
@@ -131,6 +132,11 @@ class TurnRun:
         self._screen: Callable[[], TextScreen] = (
             guardian.text_screen if deltas_seen else HoldMessage
         )
+        # No event of the turn reaches the client before it ends (`none`): the input's write
+        # goes with the turn's next one (one transaction, one hop fewer), still committed
+        # before anything is acknowledged (README "Benchmarks": durability).
+        self._defer_input = defer_input
+        self._deferred: StepWrite | None = None
         self.messages = messages
         self.emit = emit
         self.clock = clock
@@ -235,7 +241,7 @@ class TurnRun:
             if refuses_input(verdict, self.refuse_modified_input):
                 kept = expired if self.refuse_modified_input else full
                 write = self._config_write(full=kept, compacted=expired, pending=resolved)
-                await self._store(write)
+                await self._store(write, defer=self._defer_input)
                 return False
             if verdict.decision == "modify":
                 message = UserMessage(content=modified_content(verdict, message.content))
@@ -247,6 +253,7 @@ class TurnRun:
                 pending=resolved,
                 state=self.state.take_changes(),
             ),
+            defer=self._defer_input,
         )
         self.context.extend(accepted)
         return True
@@ -525,13 +532,23 @@ class TurnRun:
 
     # --- writes (each carries the verdicts not yet recorded) --------------------------------
 
-    async def _store(self, write: StepWrite) -> None:
+    async def _store(self, write: StepWrite, *, defer: bool = False) -> None:
         """Every write of the turn; the guardian's memory of the session goes with it when
-        it changed, so a restart forgets no taint, count or placeholder."""
+        it changed, so a restart forgets no taint, count or placeholder. A `defer`red write
+        is held and committed with the next one (or by `flush_audit` at the turn's end)."""
         memory = self.guardian.export_session(self.session_id)
         if memory is not None:
             write = msgspec.structs.replace(write, guardian_memory=memory)
             self.checks.memory = memory
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            if deferred.compaction is not None and write.compaction is not None:
+                await self.store.commit(self.session_id, deferred)
+            else:
+                write = merged(deferred, write)
+        if defer:
+            self._deferred = write
+            return
         await self.store.commit(self.session_id, write)
 
     async def _close_open_message(self) -> None:
@@ -551,7 +568,7 @@ class TurnRun:
     async def flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
         audit = self.checks.take_audit()
-        if not audit:
+        if not audit and self._deferred is None:
             return
         try:
             await self._store(StepWrite(audit=audit))
@@ -573,3 +590,22 @@ class TurnRun:
         )
         await self._store(write)
         self.context.extend(compacted)
+
+
+def merged(first: StepWrite, then: StepWrite) -> StepWrite:
+    """`first` and `then` as one write, equal to committing them in that order (at most one
+    of them compacts: the store drops before it appends)."""
+    return StepWrite(
+        full=[*first.full, *then.full],
+        compacted=[*first.compacted, *then.compacted],
+        agent=then.agent if then.agent is not None else first.agent,
+        tools=then.tools if then.replace_tools else first.tools,
+        replace_tools=first.replace_tools or then.replace_tools,
+        pending=then.pending if then.pending is not None else first.pending,
+        compaction=then.compaction if then.compaction is not None else first.compaction,
+        state={**(first.state or {}), **(then.state or {})} or None,
+        audit=[*first.audit, *then.audit],
+        guardian_memory=(
+            then.guardian_memory if then.guardian_memory is not None else first.guardian_memory
+        ),
+    )

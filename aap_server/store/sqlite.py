@@ -1,4 +1,4 @@
-"""The SQLite session store: one aiosqlite connection, every operation one hop to its thread.
+"""The SQLite session store: a writer and (WAL) a reader connection, one hop per operation.
 
 Each public operation is a plain synchronous function over the underlying
 `sqlite3.Connection` (the `_*_sync` functions below). The coroutine encodes its input on
@@ -264,6 +264,20 @@ def _setup_sync(conn: sqlite3.Connection, wal: bool) -> None:
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS:d}")
     migrate(conn)
+
+
+def _setup_reader_sync(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS:d}")
+
+
+def _snapshot(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    """Run `body`'s reads in one read transaction: one snapshot, whatever commits meanwhile."""
+    conn.execute("BEGIN")
+    try:
+        return body(conn)
+    finally:
+        conn.execute("COMMIT")
 
 
 def _checkpoint_sync(conn: sqlite3.Connection) -> None:
@@ -631,6 +645,10 @@ class SqliteSessionStore(SessionStore):
         self._wal = path != ":memory:"
         self._db: aiosqlite.Connection | None = None
         self._conn: sqlite3.Connection | None = None
+        # Reads run on a connection (and thread) of their own in WAL mode, so a small read
+        # never queues behind a big write; without WAL (":memory:") on the writer.
+        self._reader: aiosqlite.Connection | None = None
+        self._reader_conn: sqlite3.Connection | None = None
         self.checkpointer: Checkpointer | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -646,6 +664,14 @@ class SqliteSessionStore(SessionStore):
         if db is None or conn is None:
             raise RuntimeError("SqliteSessionStore is not open")
         return await _call(db, conn, fn)
+
+    async def _read(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """`body` on the reader in one read transaction (a committed snapshot: every write
+        awaited before is in it), or on the writer where there is no reader."""
+        db, conn = self._reader, self._reader_conn
+        if db is None or conn is None:
+            return await self._run(body)
+        return await _call(db, conn, lambda c: _snapshot(c, body))
 
     async def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         lock = self._writer_lock
@@ -675,6 +701,15 @@ class SqliteSessionStore(SessionStore):
         if self._wal and self.shared_leases:
             self._writer_lock = os.open(f"{self._path}-writer", os.O_RDWR | os.O_CREAT, 0o600)
         if self._wal:
+            reader = await aiosqlite.connect(self._path, isolation_level=None)
+            try:
+                reader_conn = reader._conn
+                await _call(reader, reader_conn, _setup_reader_sync)
+            except BaseException:
+                await reader.close()
+                await self.close()
+                raise
+            self._reader, self._reader_conn = reader, reader_conn
             self.checkpointer = Checkpointer(self._path, CHECKPOINT_SECONDS, WAL_RESTART_PAGES)
             self.checkpointer.start()
 
@@ -683,6 +718,9 @@ class SqliteSessionStore(SessionStore):
         if db is None or conn is None:
             return
         self._db = self._conn = None  # new operations fail fast from here on
+        reader, self._reader, self._reader_conn = self._reader, None, None
+        if reader is not None:
+            await reader.close()  # after the reads already queued on it
         checkpointer, self.checkpointer = self.checkpointer, None
         if checkpointer is not None:
             await asyncio.to_thread(checkpointer.stop)
@@ -719,7 +757,7 @@ class SqliteSessionStore(SessionStore):
         )
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
-        row = await self._run(
+        row = await self._read(
             lambda conn: conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone()
         )
         if row is None:
@@ -735,7 +773,7 @@ class SqliteSessionStore(SessionStore):
             sql, params = _LIST_FIRST, (owner, limit + 1)
         else:
             sql, params = _LIST_AFTER, (owner, decode_cursor(after), limit + 1)
-        rows: list[tuple[str, bytes, bytes | None, bytes]] = await self._run(
+        rows: list[tuple[str, bytes, bytes | None, bytes]] = await self._read(
             lambda conn: conn.execute(sql, params).fetchall()
         )
         sessions = [decode_record(sid, owner, a, t, p) for sid, a, t, p in rows[:limit]]
@@ -762,7 +800,7 @@ class SqliteSessionStore(SessionStore):
 
     async def load_history(self, session_id: str, kind: HistoryKind) -> list[HistoryMessage]:
         sql = _SELECT_HISTORY[kind]
-        rows: list[tuple[bytes]] = await self._run(
+        rows: list[tuple[bytes]] = await self._read(
             lambda conn: conn.execute(sql, (session_id,)).fetchall()
         )
         return decode_history(rows)
@@ -772,7 +810,7 @@ class SqliteSessionStore(SessionStore):
     ) -> HistoryPage:
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        return await self._run(
+        return await self._read(
             lambda conn: _history_page_sync(conn, session_id, kind, after, limit, max_bytes)
         )
 
@@ -788,7 +826,7 @@ class SqliteSessionStore(SessionStore):
             state = conn.execute(_SELECT_STATE, (session_id,)).fetchall()
             return row, history, state, conn.execute(_SELECT_MEMORY, (session_id,)).fetchone()
 
-        found = await self._run(read)
+        found = await self._read(read)
         if found is None:
             return None
         row, history, state, memory = found
@@ -816,7 +854,7 @@ class SqliteSessionStore(SessionStore):
         if limit < 1:
             raise ValueError("limit must be at least 1")
         after_seq = -1 if after is None else decode_audit_cursor(after)
-        rows: list[tuple[bytes]] = await self._run(
+        rows: list[tuple[bytes]] = await self._read(
             lambda conn: conn.execute(_SELECT_AUDIT, (chain, after_seq, limit + 1)).fetchall()
         )
         entries = [AUDIT_DECODER.decode(row[0]) for row in rows[:limit]]
@@ -826,7 +864,7 @@ class SqliteSessionStore(SessionStore):
         )
 
     async def load_state(self, session_id: str) -> dict[str, Any]:
-        rows: list[tuple[str, bytes]] = await self._run(
+        rows: list[tuple[str, bytes]] = await self._read(
             lambda conn: conn.execute(_SELECT_STATE, (session_id,)).fetchall()
         )
         return decode_state(rows)

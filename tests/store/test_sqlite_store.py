@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from pathlib import Path
@@ -209,16 +210,19 @@ def test_appends_and_pages_are_index_seeks_not_scans() -> None:
 async def test_every_operation_is_one_call_into_the_database_thread(
     file_store: SqliteSessionStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = file_store._db
-    assert db is not None
     calls: list[str] = []
-    original: Callable[..., Any] = db._execute
+    # The writer's thread and (WAL) the reader's.
+    for db in (file_store._db, file_store._reader):
+        assert db is not None
+        original: Callable[..., Any] = db._execute
 
-    async def counting(fn: Callable[..., Any], *args: Any) -> Any:
-        calls.append(getattr(fn, "__name__", "?"))
-        return await original(fn, *args)
+        async def counting(
+            fn: Callable[..., Any], *args: Any, original: Callable[..., Any] = original
+        ) -> Any:
+            calls.append(getattr(fn, "__name__", "?"))
+            return await original(fn, *args)
 
-    monkeypatch.setattr(db, "_execute", counting)
+        monkeypatch.setattr(db, "_execute", counting)
     record = new_record()
     step = StepWrite(
         full=[user("q"), assistant("a")],
@@ -384,3 +388,29 @@ async def test_an_in_memory_store_has_no_checkpointer() -> None:
         await store.commit(record.session_id, StepWrite(full=[user("q")], compacted=[]))
     finally:
         await store.close()
+
+
+async def test_reads_do_not_queue_behind_a_write_in_progress(
+    file_store: SqliteSessionStore,
+) -> None:
+    """A big write (here: one held open) does not hold up another session's read: reads run
+    on a connection of their own, and see what was committed before they started."""
+    record = new_record()
+    await file_store.create_session(record, [user("seed")])
+    await file_store.commit(record.session_id, StepWrite(full=[user("q")], compacted=[user("q")]))
+    release = threading.Event()
+
+    def held(conn: sqlite3.Connection) -> None:  # inside the write's transaction
+        conn.execute("UPDATE sessions SET compactions = compactions WHERE session_id = ?", ("x",))
+        release.wait(30)
+
+    writing = asyncio.ensure_future(file_store._write(held))
+    try:
+        # Bounded only so that a regression fails instead of hanging: with one connection
+        # this read waits for the write, which waits for this read to finish.
+        snapshot = await asyncio.wait_for(file_store.load_turn(record.session_id, "alice"), 20)
+    finally:
+        release.set()
+        await writing
+    assert snapshot is not None
+    assert texts(snapshot.compacted) == ["seed", "q"]
