@@ -31,10 +31,13 @@ CONTENT_PATHS: dict[str, list[tuple[str, ...]]] = {
     "protocols/A2A": [("params", "message", "**")],
     "ping": [],
 }
-# Words no detector can fire on and no remembered line can start with (an identifier of up
-# to 15 characters: no secret, address, number, phrase or 16-byte fingerprint fits): the
-# structure of the JSON (`kind`, `text`, `toolCallId`) is not scanned as content. Every other
-# string is, dictionary keys included, and keys are rewritten like values.
+# Dictionary keys that are plain identifiers of up to 15 characters (`kind`, `text`,
+# `toolCallId`) are the structure of the JSON, not content: they are neither scanned nor
+# rewritten. Every other key is, like every value and text, whatever its length or shape (a
+# short value can be a whole secret or IBAN: `NO9386011117947`). The same holds for the
+# values of the fields that name a part or an argument (`"kind": "text"`, an input's
+# `"name": "subject"`): they are keys in all but form.
+_NAMING_FIELDS = frozenset({"kind", "name"})
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,14}")
 
 # Steps whose content comes from outside the agent's control.
@@ -84,7 +87,8 @@ def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
         if keyed:
             slot = _key(slot, visit)
         if isinstance(item, str):
-            target[slot] = visit(item)
+            naming = keyed and slot in _NAMING_FIELDS and _plain(item)
+            target[slot] = item if naming else visit(item)
         elif isinstance(item, list):
             copy: list[Any] = [None] * len(item)
             target[slot] = copy
@@ -106,7 +110,8 @@ def _key(key: Any, visit: Callable[[str], str]) -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def _plain(name: str) -> bool:
-    """Whether a string is a plain name (keys repeat: `kind`, `text`, ... are looked up)."""
+    """Whether a dictionary key is a plain name (keys repeat: `kind`, `text`, ... are looked
+    up)."""
     return _PLAIN_NAME.fullmatch(name) is not None
 
 
@@ -133,8 +138,7 @@ def _texts(normalized: aos.AosRequest, max_strings: int | None = None) -> list[s
         walked += 1
         if max_strings is not None and walked > max_strings:
             raise ViewTooLarge
-        if len(text) > 15 or not _plain(text):
-            found.append(text)
+        found.append(text)
         return text
 
     document = msgspec.to_builtins(normalized)

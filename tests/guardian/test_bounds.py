@@ -43,6 +43,11 @@ PATHOLOGICAL = {
     "card groups": "4111 1111 ",
     "dotted quads": "1.1.1.1 ",
     "ipv6 seeds": "1:1:1:1:",
+    "colon runs": "::::",
+    "lone unspecified addresses after a cue": "ipv6 :: ",
+    "loopback runs": "::1 ",
+    "long dotted runs": "1.1.1.1.",
+    "unspecified quads": "0.0.0.0 ",
     "label runs": "eyJa.",
     # The normalised view (issue 8): invisible characters, look-alikes, folded forms.
     "zero-width characters": "\u200b",

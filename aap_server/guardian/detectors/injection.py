@@ -27,7 +27,7 @@ messages).
 
 Speed: phrases are searched only in windows around anchor words of the lower-cased text
 (`ignor`, `disregard`, `forget`, `instruction`, `prompt`, ` now`, `restrict`, `overrid`,
-`guideline`), so a phrase with none of them is missed (e.g. "act as an unfiltered AI"); markup
+`guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed; markup
 patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are looked for only
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
 (`_views.normalise`: invisible characters dropped, NFKC, Latin look-alikes folded), so a soft
@@ -117,8 +117,12 @@ _OVERRIDE = re.compile(
     | \b(?:jailbreak|jailbroken|dan|god|unrestricted)\s+mode\s+(?:is\s+)?(?:enabled|activated
         |on|engaged)
     | \benable\s+(?:jailbreak|dan|god|unrestricted)\s+mode
-    | \bact\s+as\s+(?:if\s+you\s+(?:have|had)\s+no\s+(?:restrictions|rules|guidelines|filters
-        |limits)|an?\s+(?:unrestricted|unfiltered|uncensored|jailbroken)\b)
+    | \bact\s+as\s+if\s+you\s+(?:have|had)\s+no\s+(?:restrictions|rules|guidelines|filters
+        |limits)
+    | \b(?:act|behave|respond|pretend\s+to\s+be|role-?play|role\s+play)\s+(?:as\s+)?
+        (?:an?|the|your)\s+(?:[\w-]+\s+){{0,2}}?(?:unrestricted|unfiltered|uncensored
+        |jailbroken|unlocked|unaligned|amoral)\s+(?:[\w-]+\s+){{0,2}}?(?:ai|a\.i\.|assistant
+        |model|chatbot|bot|llm|version|persona|character)\b
     | \bpretend\s+(?:that\s+)?(?:you\s+(?:are|have)|to\s+be)\s+(?:[\w-]+\s+){{0,4}}?
         (?:without|with\s+no|free\s+(?:of|from))\s+(?:any\s+)?(?:restrictions|rules|limits
         |filters|guidelines|constraints)
@@ -131,7 +135,7 @@ _STRONG_WORD = re.compile(rf"\b(?:{_STRONG})\b")
 # looked for only near one of them.
 _ANCHORS = (
     "ignor", "disregard", "forget", "instruction", "prompt", " now", "restrict", "overrid",
-    "guideline",
+    "guideline", "unfilter", "uncensor", "jailbr", "unlocked", "unaligned", "amoral",
 )  # fmt: skip
 _WINDOW_BEFORE = 100
 _WINDOW_AFTER = 160

@@ -26,10 +26,11 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
   `AAA-GGSSSS`, `AAAGG-SSSS`) only near `SSN`/`social security`/`taxpayer`.
 - `pii.ip` (with a CIDR prefix length or an IPv6 zone id when written): IPv4 dotted quads
   (octets 0-255, no leading zeros) and IPv6 addresses (checked by `ipaddress`; the last 32
-  bits may be written as IPv4). Not reported: loopback, unspecified, netmasks (`255.…`), a
-  quad that is part of a longer dotted run (`1.2.3.4.5`, OIDs) or follows `v`/`version`/
-  `build`/`release`, and a quad of single digits (`1.2.4.0`) unless a word such as `ip`,
-  `host` or `server` precedes it.
+  bits may be written as IPv4), loopback, unspecified and multicast included. Not reported:
+  netmasks (`255.…`), a quad that is part of a longer dotted run (`1.2.3.4.5`, OIDs) or
+  follows `v`/`version`/`build`/`release`, a quad of single digits (`1.2.4.0`, but `0.0.0.0`
+  is) and a lone `::` or digit-less IPv6 run unless a word such as `ip`, `ipv6`, `src=` or
+  `host` comes right before it.
 """
 
 from __future__ import annotations
@@ -472,12 +473,15 @@ def _ssns(v: TextViews) -> list[Finding]:
 
 # --- IP address --------------------------------------------------------------------------
 
+_UNSPECIFIED_V4 = "0.0.0.0"  # noqa: S104 (a string compared, not an address bound)
 _IPV4_SHAPE = re.compile(rb"0\.0{1,3}\.0{1,3}\.0{1,3}")  # from the last digit of octet 1
 _VERSION_BEFORE = re.compile(r"(?i)\b(?:v|ver|version|build|release|rev|firmware)[\s:=#]*\Z")
 _IP_CUE_BEFORE = re.compile(
-    r"(?i)\b(?:ip|ipv4|address|addr|host|server|dns|ping|connect\w*|client|peer|src|dst|gateway"
-    r"|resolver|nameserver)\b"
+    r"(?i)\b(?:ip|ipv4|ipv6|address|addr|host|server|dns|ping|connect\w*|client|peer|src|dst"
+    r"|gateway|resolver|nameserver|unspecified|listen\w*|bind)\b"
 )
+# A lone `::` is an address only right after such a word (`src=::`, `ipv6 ::`), never in code.
+_IP_CUE_RIGHT_BEFORE = re.compile(_IP_CUE_BEFORE.pattern + r"[\s:=\"']*\Z")
 _IPV6_SEEDS = re.compile(rb"::|:[0Aa]{1,4}:[0Aa]{1,4}:[0Aa]{1,4}:")
 _HEX_RUN_LEFT = re.compile(r"[0-9A-Fa-f:.]*\Z")
 _HEX_RUN_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
@@ -496,13 +500,14 @@ def _ipv4(v: TextViews, out: list[Finding]) -> None:
         octets = text[start:end].split(".")
         if any((len(o) > 1 and o[0] == "0") or int(o) > 255 for o in octets):
             continue
-        first = int(octets[0])
-        if first in (0, 127, 255):  # unspecified, loopback, netmasks and broadcast
+        if octets[0] == "255":  # netmasks (`255.255.255.0`) and broadcast
             continue
         if _VERSION_BEFORE.search(text, max(0, start - 12), start):
             continue
         # `1.2.4.0` (every octet one digit) is more often a version than an address.
-        if end - start == 7 and not _IP_CUE_BEFORE.search(text, max(0, start - 24), start):
+        # `0.0.0.0` (unspecified, "listen on every interface") is an address wherever written.
+        single = end - start == 7 and text[start:end] != _UNSPECIFIED_V4
+        if single and not _IP_CUE_BEFORE.search(text, max(0, start - 24), start):
             continue
         out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 32)))
 
@@ -549,13 +554,15 @@ def _ipv6(v: TextViews, out: list[Finding]) -> None:
         )
         if glued and not (end < len(text) and text[end] == "%"):  # a zone id: fe80::1%eth0
             continue
-        if not any(ch.isdigit() for ch in run) or sum(ch not in ":." for ch in run) < 3:
-            continue
         try:
             addr = ipaddress.IPv6Address(run)
         except ValueError:
             continue
-        if addr.is_loopback or addr.is_unspecified:
+        # `::1` and `::` are addresses; other short digit-less or near-empty runs (`a::b`,
+        # `::`) are code unless the text says an address is meant.
+        short = not any(ch.isdigit() for ch in run) or sum(ch not in ":." for ch in run) < 3
+        cued = _IP_CUE_RIGHT_BEFORE.search(text, max(0, start - 24), start) is not None
+        if short and not addr.is_loopback and not cued:
             continue
         out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 128)))
 

@@ -209,20 +209,37 @@ def test_ipv4_and_ipv6_addresses_are_found() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("db at 127.0.0.1:5432", "127.0.0.1"),
+        ("bind 0.0.0.0", "0.0.0.0"),
+        ("allow 0.0.0.0/0", "0.0.0.0/0"),
+        ("curl http://[::1]:80/", "::1"),
+        ("::1/128", "::1/128"),
+        ("mapped ::ffff:127.0.0.1", "::ffff:127.0.0.1"),
+        ("all nodes ff02::1", "ff02::1"),
+        ("Use local ipv6 ::", "::"),
+    ],
+)
+def test_loopback_unspecified_and_multicast_addresses_are_ips(text: str, address: str) -> None:
+    assert values(text, "pii.ip") == [address]
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "256.1.1.1",
         "version 1.2.3.4",
         "v10.20.30.40",
         "1.3.6.1.4.1.2021",
-        "127.0.0.1 and 0.0.0.0 and ::1",
+        "std::vector, Foo::bar, f :: Int -> Int, x::",
         "mask 255.255.255.0",
         "time 10:30:45, MAC 00:1A:2B:3C:4D:5E",
         "std::vector and arn:aws:iam::123456789012:role/x",
         "Chrome/124.0.6367.91",
     ],
 )
-def test_versions_oids_loopback_netmasks_times_and_macs_are_not_ips(text: str) -> None:
+def test_versions_oids_code_netmasks_times_and_macs_are_not_ips(text: str) -> None:
     assert "pii.ip" not in ids(text)
 
 
