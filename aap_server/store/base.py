@@ -319,10 +319,10 @@ class SessionStore(abc.ABC):
 
     # -- the turn lease: one turn per session across every process sharing the database -----
     #
-    # A store that only one process ever opens (SQLite) keeps the defaults: the runtime's
-    # in-process lock is then the whole rule. A shared store (PostgreSQL) keeps the lease in
-    # the database, with an expiry so that a process that dies holding it does not lock the
-    # session forever.
+    # A store that only one process opens (SQLite with one worker) keeps the defaults: the
+    # runtime's in-process lock is then the whole rule. A shared store (PostgreSQL, SQLite
+    # under `serve --workers N`) keeps the lease in the database, with an expiry so that a
+    # process that dies holding it does not lock the session forever.
 
     async def take_turn(
         self,
