@@ -53,6 +53,9 @@ def _fork_worker(serve: Callable[[socket.socket], None], listener: socket.socket
     try:
         for number in _FORWARDED:
             signal.signal(number, signal.SIG_DFL)
+        # A reload signal must never kill a worker: ignored unless a policy file is watched
+        # (the app then installs its own handler).
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         os.setpgid(0, 0)
         _die_with_parent()
         serve(listener)

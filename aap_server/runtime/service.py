@@ -268,10 +268,12 @@ class AapService:
         if session_id not in self._active and session_id not in self._deleting:
             return
         await self._record(principal, session_id)  # not yours: 404, whatever it is doing
-        active = self._active.get(session_id)
-        if active is None:  # being deleted
+        if session_id in self._deleting:
             raise _session_not_found(session_id)
-        raise _turn_in_progress(session_id, active)
+        active = self._active.get(session_id)
+        if active is not None:
+            raise _turn_in_progress(session_id, active)
+        # The turn ended while the record was read: the session is free.
 
     async def audit(
         self, principal: Principal, session_id: str, after: str | None
@@ -510,9 +512,11 @@ class AapService:
         except TimeoutError:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
-            await self._end_turn(principal, run.session_id, turn.turn_id)
-            turn.queue.put_nowait(None)
-            observed.stopped(reason, run.awaiting_permissions, run.usage)
+            try:
+                await self._end_turn(principal, run.session_id, turn.turn_id)
+            finally:  # the client's stream ends whatever freeing the turn raised
+                turn.queue.put_nowait(None)
+                observed.stopped(reason, run.awaiting_permissions, run.usage)
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Take no new turns; let running ones finish within the grace period, then stop them

@@ -10,11 +10,10 @@ longer than the lease, and a replica that dies holding one frees the session onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from aap_server.runtime.limits import TooManyTurnsError
-from aap_server.store import QuotaExceededError, SessionStore, StoreUnavailableError
+from aap_server.store import QuotaExceededError, SessionStore
 
 logger = logging.getLogger("aap_server.runtime")
 
@@ -59,7 +58,7 @@ class TurnLeases:
                 if not await self.store.renew_turn(session_id, turn_id, self.ttl_seconds):
                     logger.warning("turn %s lost its lease on %s", turn_id, session_id)
                     return
-            except StoreUnavailableError as error:
+            except Exception as error:  # any store error: try again next time, never die
                 logger.warning("turn %s could not renew its lease: %s", turn_id, error)
 
     async def release(self, session_id: str, turn_id: str) -> None:
@@ -67,11 +66,10 @@ class TurnLeases:
         if renewer is None:
             return
         renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewer
+        await asyncio.gather(renewer, return_exceptions=True)
         try:
             await self.store.release_turn(session_id, turn_id)
-        except StoreUnavailableError as error:  # it lapses by itself
+        except Exception as error:  # it lapses by itself
             logger.warning("turn %s could not release its lease: %s", turn_id, error)
 
     async def holder(self, session_id: str) -> str | None:

@@ -88,13 +88,13 @@ def encode_audit_cursor(seq: int) -> str:
 
 def decode_audit_cursor(cursor: str) -> int:
     value = _decode_token(_AUDIT_CURSOR_PREFIX, cursor)
-    if not value.isdigit() or len(value) > 18:
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
         raise InvalidCursorError("malformed cursor")
     return int(value)
 
 
 _HISTORY_CURSOR_PREFIX = "h1:"
-_HISTORY_CURSOR = re.compile(r"(full|compacted)\.(\d{1,18})\.(\d{1,18})")
+_HISTORY_CURSOR = re.compile(r"(full|compacted)\.([0-9]{1,18})\.([0-9]{1,18})")
 
 
 def encode_history_cursor(kind: str, seq: int, compactions: int) -> str:

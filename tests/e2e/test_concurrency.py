@@ -102,6 +102,23 @@ async def test_of_simultaneous_turns_on_one_session_exactly_one_runs(tmp_path: P
         assert [m["role"] for m in history] == ["user", "assistant"]
 
 
+# A session whose turn just ended is free, never "not found": a turn refused while another
+# ran, whose check saw that turn end meanwhile, used to be answered 404 session_not_found.
+async def test_turns_racing_a_turn_that_ends_are_never_told_the_session_is_gone(
+    tmp_path: Path,
+) -> None:
+    async with app_harness(tmp_path) as h:
+        session_id = await h.new_session()
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        statuses: set[int] = set()
+        for _ in range(15):
+            responses = await asyncio.gather(
+                *(h.client.post(f"/sessions/{session_id}/turns", json=body) for _ in range(12))
+            )
+            statuses |= {response.status_code for response in responses}
+        assert statuses <= {200, 409}, statuses
+
+
 # DESIGN "Decisions": the lock is per session; different sessions run in parallel.
 async def test_turns_on_different_sessions_run_in_parallel(h: Harness) -> None:
     first, second = await h.new_session(), await h.new_session()

@@ -29,6 +29,11 @@ async def workers(tmp_path: Path) -> AsyncIterator[ServerProcess]:
     async with server_process(
         tmp_path, AAP_WORKERS="2", AAP_TURN_LEASE_SECONDS=str(LEASE_SECONDS)
     ) as server:
+        # Ready means one worker answers; the other may still be on its way up.
+        deadline = time.monotonic() + 30
+        while len(worker_pids(server)) < 2:
+            assert time.monotonic() < deadline, "the second worker never started"
+            await asyncio.sleep(0.05)
         yield server
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from aap_server.runtime.turn_lease import TurnLeases
 from aap_server.store import (
     LeaseLostError,
     SqliteSessionStore,
@@ -154,3 +155,23 @@ def test_a_version_5_database_gains_the_lease_table_and_keeps_its_sessions(
         assert migrate(conn) == (5, len(MIGRATIONS))
         assert conn.execute("SELECT session_id FROM sessions").fetchall() == [("sess_old",)]
         assert conn.execute("SELECT COUNT(*) FROM turn_leases").fetchone() == (0,)
+
+
+async def test_a_failed_renewal_is_retried_and_the_turn_keeps_its_lease(
+    replicas: list[SqliteSessionStore], tmp_path: Path
+) -> None:
+    """A store error while renewing (here: the lease table briefly gone) is retried at the
+    next renewal; the lease does not lapse under the running turn, and release still works."""
+    one, two, _ = replicas
+    leases = TurnLeases(one, ttl_seconds=0.9)
+    assert await leases.take("sess_a", "turn_1") is None
+    with closing(sqlite3.connect(tmp_path / "aap.db")) as conn:
+        conn.execute("ALTER TABLE turn_leases RENAME TO turn_leases_away")
+        conn.commit()
+        await asyncio.sleep(0.45)  # one renewal (every ttl/3) fails
+        conn.execute("ALTER TABLE turn_leases_away RENAME TO turn_leases")
+        conn.commit()
+    await asyncio.sleep(1.0)  # past the ttl: only renewals kept it
+    assert await two.take_turn("sess_a", "turn_2", 60) == "turn_1"
+    await leases.release("sess_a", "turn_1")
+    assert await two.turn_holder("sess_a") is None

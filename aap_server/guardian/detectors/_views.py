@@ -173,14 +173,18 @@ class OffsetMap:
 
 
 # Invisible characters a reader never sees: soft hyphen, zero-width space/joiners, direction
-# marks and bidi controls, invisible operators, variation selectors, tag characters, fillers.
+# marks and bidi controls, invisible operators, variation selectors, tag characters, and the
+# other format characters (Cf) that render as nothing (interlinear annotation, musical beams).
 _INVISIBLE = (
-    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef"
+    "\u00ad\u034f\u061c\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e007f\U000e0100-\U000e01ef"
 )
 _DASHES = "\u2010-\u2015\u2043\u2212\u2e3a\u2e3b\ufe58\ufe63\uff0d"
 # Unicode spaces: NFKC turns most into U+0020; these it keeps or turns into other things.
-_SPACES = "\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# Hangul fillers and the braille blank show as blank space: read as spaces, not dropped (dropped,
+# they would run the words of "ignore previous instructions" together).
+_SPACES = "\u00a0\u115f\u1160\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u2800\u3000\u3164\uffa0"
 # Cyrillic, Greek and other letters that look like Latin ones (Unicode's confusables, the
 # common part). Folded only inside a word that also has ASCII letters: `Ignore` with a
 # Cyrillic `e` is the Latin word, while a Russian word keeps its letters.
@@ -202,7 +206,12 @@ _WORD_REST = re.compile(r"\w*")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
 _INVISIBLE_ONE = re.compile(f"[{_INVISIBLE}]")
-_SPACE_CODES = (0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
+_SPACE_CODES = (
+    *(0xA0, 0x115F, 0x1160, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F),
+    *(0x2800, 0x3000, 0x3164, 0xFFA0),
+)
+# Decimal digits of other scripts (Arabic-Indic, Devanagari, ...): read as 0-9, one for one.
+_OTHER_DIGIT = re.compile(r"(?![0-9])\d")
 _DASH_CODES = (*range(0x2010, 0x2016), 0x2043, 0x2212, 0x2E3A, 0x2E3B, 0xFE58, 0xFE63, 0xFF0D)
 _ONE_FOR_ONE = tuple((chr(c), " ") for c in _SPACE_CODES) + tuple(
     (chr(c), "-") for c in _DASH_CODES
@@ -233,6 +242,7 @@ def _fold(ch: str) -> str:
 def normalise(text: str) -> tuple[str, OffsetMap] | None:
     """The text as a reader sees it, for the detectors: NFKC (full-width forms, ligatures,
     styled letters), invisible characters dropped, Unicode spaces as ` `, dashes as `-`,
+    decimal digits of any script as `0`-`9`,
     Latin look-alikes folded inside words that have Latin letters. `None` when that is the
     text itself. Linear: C-speed passes (`translate`, `is_normalized`, regex searches), and
     Python only over the runs that do change length (invisible or compatibility forms)."""
@@ -244,6 +254,8 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
     for special, plain_form in _ONE_FOR_ONE:
         if special in plain:
             plain = plain.replace(special, plain_form)
+    if _OTHER_DIGIT.search(plain):
+        plain = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), plain)
     changed = plain is not text
     offsets = OffsetMap()
     if _INVISIBLE_ONE.search(plain) or not unicodedata.is_normalized("NFKC", plain):
