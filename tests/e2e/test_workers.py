@@ -205,3 +205,21 @@ async def test_a_worker_killed_mid_turn_is_replaced_and_its_lease_lapses(
     assert not any(r == "assistant" and "late" in json.dumps(c) for r, c in stored)
     assert stored[-2] == ("user", "anyone there?")
     assert stored[-1][0] == "assistant"
+
+
+async def test_a_reload_signal_kills_no_worker_and_no_running_turn(
+    workers: ServerProcess,
+) -> None:
+    """With no policy file there is nothing to reload: SIGHUP to the supervisor (forwarded to
+    every worker) used to kill both workers and the turns they ran."""
+    pids = worker_pids(workers)
+    session_id = await create(workers)
+    async with httpx.AsyncClient(base_url=workers.base_url, headers=ALICE, timeout=30) as client:
+        body = {"messages": [{"role": "user", "content": "/sleep 1\nstill here"}]}
+        running_turn = asyncio.create_task(client.post(f"/sessions/{session_id}/turns", json=body))
+        await asyncio.sleep(0.3)
+        workers.signal(signal.SIGHUP)
+        answer = await running_turn
+        assert answer.status_code == 200, answer.text
+    assert worker_pids(workers) == pids
+    assert (await turn(workers, session_id, "and after")).status_code == 200
