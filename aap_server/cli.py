@@ -124,6 +124,26 @@ def check_postgres(settings: Settings) -> None:
         ) from None
 
 
+def prepare_shared_sqlite(path: str) -> None:
+    """Open the SQLite file once before the workers do: WAL mode and migrations are applied
+    here, by one process. Workers opening a fresh file at the same instant could each try to
+    switch it to WAL, and SQLite refuses one of them at once (SQLITE_BUSY, no waiting)."""
+    import asyncio
+
+    from aap_server.store.select import store_for_db
+
+    store = store_for_db(path)
+
+    async def prepare() -> None:
+        await store.open()
+        await store.close()
+
+    try:
+        asyncio.run(prepare())
+    except Exception as error:
+        raise ConfigError(f"db: {path!r}: {error}") from None
+
+
 # Young-generation collections every this many allocations (Python's default: 700). A turn
 # allocates thousands of short-lived, acyclic objects that reference counting frees; at 700
 # the collector ran several times per turn and scanned them for nothing (bench/README).
@@ -149,6 +169,8 @@ def serve(args: argparse.Namespace) -> int:
     check_database(settings.db)
     if is_postgres(settings.db):
         check_postgres(settings)
+    elif settings.worker_processes() > 1:
+        prepare_shared_sqlite(settings.db)
     if settings.policy:  # a broken policy file is a configuration error, before any log line
         from aap_server.guardian.policy import load_policy
 
