@@ -28,8 +28,8 @@ logger = logging.getLogger("aap_server.api.aos")
 MEMORY_ATTEMPTS = 3
 """Checks of one step whose memory another replica changed meanwhile, before a `deny`."""
 
-_FRESH = SessionFacts().export()
-_FORGOTTEN = SessionFacts.of_forgotten().export()
+_FRESH = SessionFacts().encode_whole()
+_FORGOTTEN = SessionFacts.of_forgotten().encode_whole()
 
 
 class _SessionLocks:
@@ -84,11 +84,12 @@ async def check_with_stored_memory(
                 memory = stored.memory
             else:
                 memory = _FORGOTTEN if stored.forgotten else _FRESH
-            guardian.import_session(session_id, memory)
+            guardian.import_session(session_id, [memory])
             verdict = await guardian.check(request)
-            learned = guardian.export_session(session_id)
-            if learned is None:
+            exported = guardian.export_session(session_id)  # whole, in a caller's scope
+            if exported is None:
                 return verdict
+            learned = exported.record
             try:
                 saved = await store.save_caller_memory(
                     caller,

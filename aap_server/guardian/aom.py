@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,13 @@ import jsonschema
 import msgspec
 
 from aap_server import aos
-from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
+from aap_server.guardian.base import (
+    Guardian,
+    GuardianStatus,
+    MemoryExport,
+    TextScreen,
+    check_scope,
+)
 
 READ_TOOL = "aom_read_surface"
 INVOKE_TOOL = "aom_invoke"
@@ -163,11 +170,14 @@ class AomGuardian(Guardian):
     async def close(self) -> None:
         await self.inner.close()
 
-    def export_session(self, session_id: str) -> bytes | None:
+    def export_session(self, session_id: str) -> MemoryExport | None:
         return self.inner.export_session(session_id)
 
-    def import_session(self, session_id: str, memory: bytes) -> None:
-        self.inner.import_session(session_id, memory)
+    def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
+        self.inner.import_session(session_id, records)
+
+    def memory_not_stored(self, session_id: str) -> None:
+        self.inner.memory_not_stored(session_id)
 
     def _session(self, context: aos.StepContext) -> _Session:
         key = (check_scope.get().namespace, context.session.id)

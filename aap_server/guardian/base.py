@@ -5,9 +5,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -97,6 +98,18 @@ check_scope: ContextVar[CheckScope] = ContextVar(
 )
 
 
+class MemoryExport(NamedTuple):
+    """What a guardian learned of a session since its last export, as one record to store.
+
+    A session's stored memory is a sequence of records: taking them back in order
+    (`Guardian.import_session`) gives what the guardian knew at the last one. A `whole`
+    record stands for everything (the records before it are dropped); any other only for
+    what changed since the record before, so storing a step costs what the step added."""
+
+    record: bytes
+    whole: bool
+
+
 class Guardian(abc.ABC):
     """Checks one AOS 0.1 request object and returns the verdict (`allow`/`deny`/`modify`)."""
 
@@ -116,13 +129,18 @@ class Guardian(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - most guardians hold nothing to release
         """Release connections; called once at shutdown."""
 
-    def export_session(self, session_id: str) -> bytes | None:
-        """What this guardian remembers of a hosted session, if it changed since the last
-        export: the runtime stores it with the step's write, so a restart forgets nothing."""
+    def export_session(self, session_id: str) -> MemoryExport | None:
+        """What this guardian learned of a hosted session since the last export, if anything:
+        the runtime stores it with the step's write, so a restart forgets nothing."""
         return None
 
-    def import_session(self, session_id: str, memory: bytes) -> None:  # noqa: B027
-        """Take back an export (at the start of a turn); ignored if the session is in memory."""
+    def import_session(self, session_id: str, records: Sequence[bytes]) -> None:  # noqa: B027
+        """Take back the stored records of a session (at the start of a turn, oldest first);
+        ignored if the session is in memory."""
+
+    def memory_not_stored(self, session_id: str) -> None:  # noqa: B027
+        """The last export of a session was not stored (its write failed): the next export
+        must stand for everything."""
 
 
 class AllowAll(Guardian):
@@ -161,18 +179,24 @@ class FailClosed:
             return failure_verdict("deny", verdict)
         return verdict
 
-    def export_session(self, session_id: str) -> bytes | None:
+    def export_session(self, session_id: str) -> MemoryExport | None:
         try:
             return self.guardian.export_session(session_id)
         except Exception:  # losing memory must not lose the step's write
             logger.exception("guardian could not export session %s", session_id)
             return None
 
-    def import_session(self, session_id: str, memory: bytes) -> None:
+    def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
         try:
-            self.guardian.import_session(session_id, memory)
+            self.guardian.import_session(session_id, records)
         except Exception:  # e.g. written by a version that remembered differently
             logger.exception("guardian could not import session %s; starting afresh", session_id)
+
+    def memory_not_stored(self, session_id: str) -> None:
+        try:
+            self.guardian.memory_not_stored(session_id)
+        except Exception:
+            logger.exception("guardian could not note the unstored memory of %s", session_id)
 
 
 async def checked(

@@ -24,6 +24,7 @@ from aap_server.guardian.base import (
     GuardianStatus,
     GuardianUnavailable,
     HoldMessage,
+    MemoryExport,
     TextScreen,
     asks_for_human,
     checked,
@@ -108,11 +109,14 @@ class GuardianChain(Guardian):
             await member.guardian.close()
 
     # Remote guardians keep their own memory; only the in-process one's is stored here.
-    def export_session(self, session_id: str) -> bytes | None:
+    def export_session(self, session_id: str) -> MemoryExport | None:
         return self.members[0].guardian.export_session(session_id)
 
-    def import_session(self, session_id: str, memory: bytes) -> None:
-        self.members[0].guardian.import_session(session_id, memory)
+    def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
+        self.members[0].guardian.import_session(session_id, records)
+
+    def memory_not_stored(self, session_id: str) -> None:
+        self.members[0].guardian.memory_not_stored(session_id)
 
 
 def _with_data(

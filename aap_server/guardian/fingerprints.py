@@ -26,12 +26,19 @@ def fingerprints(chunks: Iterable[bytes]) -> Iterator[int]:
 
 
 class Prints:
-    """A bounded set of fingerprints, oldest forgotten first (`saturated` once one was)."""
+    """A bounded set of fingerprints, oldest forgotten first (`saturated` once one was).
+
+    It also keeps which values were added (or added again, which makes them the newest)
+    since `take_touched` was last called, in that order: adding those back in order to a
+    copy of the set as it was then gives the set as it is now, so a session's stored memory
+    grows by what a step added, not by a copy of the whole set (`SessionFacts.export`)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._prints: OrderedDict[int, None] = OrderedDict()
         self.saturated = False
+        # Only the newest `limit` matter: any older ones are forgotten again on the way.
+        self._touched: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._prints)
@@ -41,6 +48,13 @@ class Prints:
 
     def add(self, value: int) -> bool:
         """Remember `value`; whether it was new."""
+        touched = self._touched
+        if value in touched:
+            touched.move_to_end(value)
+        else:
+            touched[value] = None
+            if len(touched) > self.limit:
+                touched.popitem(last=False)
         if value in self._prints:
             self._prints.move_to_end(value)
             return False
@@ -64,3 +78,13 @@ class Prints:
     def values(self) -> list[int]:
         """Oldest first, so that adding them back in order keeps the same ones."""
         return list(self._prints)
+
+    def touched(self) -> bool:
+        """Whether a value was added since `take_touched`."""
+        return bool(self._touched)
+
+    def take_touched(self) -> list[int]:
+        """The values added since the last call, in the order that rebuilds the set."""
+        touched = list(self._touched)
+        self._touched.clear()
+        return touched

@@ -33,10 +33,12 @@ import itertools
 import re
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
+from aap_server.guardian.base import MemoryExport
 from aap_server.guardian.detectors import Finding
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
@@ -162,13 +164,17 @@ def carries_line(prints: Prints, argument_prints: Callable[[], set[int]]) -> boo
     return bool(len(prints)) and prints.meets(argument_prints())
 
 
-class SessionMemory(msgspec.Struct, frozen=True, kw_only=True):
-    """`SessionFacts` as stored."""
+class SessionMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One stored record of `SessionFacts` (see `MemoryExport`): a whole one, or what changed
+    since the record before (the prints added again or anew, oldest first; the placeholders,
+    counters, per-tool counts and tool calls set; the counts and flags as they are now).
+    Either is taken in by `SessionFacts._take_in`: a whole record is one taken in by fresh
+    facts, so a snapshot written by earlier versions (one record, no log) reads as before."""
 
     turn_id: str | None
     calls_in_turn: int
     calls_in_session: int
-    calls_by_tool: dict[str, int]
+    calls_by_tool: dict[str, int] = {}
     untrusted_seen: bool
     untrusted_lines: list[int] = []
     private_lines: list[int] = []
@@ -198,6 +204,12 @@ _memory_encoder = msgspec.json.Encoder()
 _memory_decoder = msgspec.json.Decoder(SessionMemory)
 _taint_decoder = msgspec.json.Decoder(_Taint)
 
+# A session's stored log of change records is folded into a new whole record (by the export
+# that would take it past this) once it outgrows the last whole record, or this many bytes
+# if that is smaller: storing a step costs what it added, amortised, and taking a session
+# back reads at most about twice its memory.
+MIN_LOG_BYTES = 16 * 1024
+
 
 def export_digest(memory: bytes) -> bytes:
     """What tells an export apart from any other (cheaper than importing it: see
@@ -206,7 +218,7 @@ def export_digest(memory: bytes) -> bytes:
 
 
 def exported_tainted(memory: bytes) -> bool:
-    """`SessionFacts.tainted()` of an export, without importing it; True if unreadable."""
+    """`SessionFacts.tainted()` of a whole export, without importing it; True if unreadable."""
     try:
         taint = _taint_decoder.decode(memory)
     except (msgspec.DecodeError, ValueError, TypeError):
@@ -220,6 +232,40 @@ def exported_tainted(memory: bytes) -> bool:
     )
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Journaled(OrderedDict[_K, _V]):
+    """A dict that keeps which keys were set (or moved to the end) since `take_touched`, in
+    the order that, set again with their current values, rebuilds it from how it was then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._touched: dict[_K, None] = {}
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        super().__setitem__(key, value)
+        self._touch(key)
+
+    def move_to_end(self, key: _K, last: bool = True) -> None:
+        super().move_to_end(key, last)
+        self._touch(key)
+
+    def _touch(self, key: _K) -> None:
+        self._touched.pop(key, None)
+        self._touched[key] = None
+
+    def touched(self) -> bool:
+        return bool(self._touched)
+
+    def take_touched(self) -> dict[_K, _V]:
+        """The keys set since the last call (those still here), with their values."""
+        changed = {key: self[key] for key in self._touched if key in self}
+        self._touched.clear()
+        return changed
+
+
 class SessionFacts:
     """What the guardian has seen of one session."""
 
@@ -228,23 +274,30 @@ class SessionFacts:
         self.turn_id: str | None = None
         self.calls_in_turn = 0
         self.calls_in_session = 0
-        self.calls_by_tool: dict[str, int] = {}
+        self.calls_by_tool: _Journaled[str, int] = _Journaled()
         self.untrusted_seen = False
         self.untrusted_lines = Prints(MAX_LINE_PRINTS)
         self.private_lines = Prints(MAX_LINE_PRINTS)
         self.private_values = Prints(MAX_PRIVATE_PRINTS)
         self.placeholders: dict[str, str] = {}  # real value -> placeholder
-        self.originals: dict[str, tuple[str, str]] = {}  # placeholder -> (detector, value)
-        self.counters: dict[str, int] = {}
+        # placeholder -> (detector, value)
+        self.originals: _Journaled[str, tuple[str, str]] = _Journaled()
+        self.counters: _Journaled[str, int] = _Journaled()
         self._placeholder_bytes = 0
         # Values by origin, for the provenance rules (`aap_server.guardian.provenance`).
         self.provenance = Provenance()
+        self._calls: _Journaled[str, bool] = _Journaled()
+        self.provenance.calls = self._calls
         # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
         # untrusted and private data in every tool argument (fail closed).
         self.forgotten = False
-        # The `export_digest` of the export these facts equal while unchanged (the one they
-        # were imported from or last exported as): taking the same export back is a no-op.
+        # The `export_digest` of the whole export these facts equal while unchanged (the one
+        # they were imported from or last exported as): taking it back is a no-op.
         self.digest: bytes | None = None
+        # What the store holds of this session: the size of its last whole record (None:
+        # none yet) and of the change records after it (see `MIN_LOG_BYTES`).
+        self._whole_bytes: int | None = None
+        self._log_bytes = 0
 
     @classmethod
     def of_forgotten(cls) -> SessionFacts:
@@ -299,11 +352,14 @@ class SessionFacts:
             return f"<{kind}>"  # redacted all the same; only restoring it is given up
         self.counters[kind] = self.counters.get(kind, 0) + 1
         placeholder = f"<{kind}_{self.counters[kind]}>"
-        self.placeholders[finding.value] = placeholder
-        self.originals[placeholder] = (finding.detector, finding.value)
-        self._placeholder_bytes += len(finding.value) + len(placeholder) + 16
+        self._add_placeholder(placeholder, finding.detector, finding.value)
         self.changed = True
         return placeholder
+
+    def _add_placeholder(self, placeholder: str, detector: str, value: str) -> None:
+        self.placeholders[value] = placeholder
+        self.originals[placeholder] = (detector, value)
+        self._placeholder_bytes += len(value) + len(placeholder) + 16
 
     def size(self) -> int:
         """About how many bytes this session's memory takes (what the caches count)."""
@@ -314,64 +370,181 @@ class SessionFacts:
             + self.provenance.size()
         )
 
-    def export(self) -> bytes:
-        memory = self._encode()
-        self.changed = False
-        self.digest = export_digest(memory)
-        return memory
-
-    def holds(self, memory: bytes) -> bool:
-        """Whether these facts are what `memory` (an export) says, unchanged since."""
-        return not self.changed and self.digest == export_digest(memory)
-
-    def _encode(self) -> bytes:
-        return _memory_encoder.encode(
-            SessionMemory(
-                turn_id=self.turn_id,
-                calls_in_turn=self.calls_in_turn,
-                calls_in_session=self.calls_in_session,
-                calls_by_tool=self.calls_by_tool,
-                untrusted_seen=self.untrusted_seen,
-                untrusted_lines=self.untrusted_lines.values(),
-                private_lines=self.private_lines.values(),
-                private_prints=self.private_values.values(),
-                private_saturated=self.private_saturated,
-                originals=self.originals,
-                counters=self.counters,
-                provenance=self.provenance.export(),
-                forgotten=self.forgotten,
-            )
+    def _prints(self) -> tuple[Prints, ...]:
+        provenance = self.provenance
+        return (
+            self.untrusted_lines,
+            self.private_lines,
+            self.private_values,
+            provenance.trusted,
+            provenance.untrusted,
         )
+
+    def _journals(self) -> tuple[_Journaled[str, Any], ...]:
+        return (self.calls_by_tool, self.originals, self.counters, self._calls)
+
+    def pending(self) -> bool:
+        """Whether anything changed since the last export."""
+        return (
+            self.changed
+            or any(prints.touched() for prints in self._prints())
+            or any(journal.touched() for journal in self._journals())
+        )
+
+    def export(self, whole: bool = False) -> MemoryExport:
+        """A record of what changed since the last export (see `MemoryExport`), or of
+        everything when asked, when the store holds no whole record yet, or when the change
+        records stored since the last whole one would outgrow it (`MIN_LOG_BYTES`). Costs
+        what changed, except for a whole record."""
+        change = self._encode(self._change())
+        if (
+            whole
+            or self._whole_bytes is None
+            or (self._log_bytes + len(change) > max(self._whole_bytes, MIN_LOG_BYTES))
+        ):
+            record = self._encode(self._whole())
+            self._whole_bytes, self._log_bytes = len(record), 0
+            self.digest = export_digest(record)
+            return MemoryExport(record=record, whole=True)
+        self._log_bytes += len(change)
+        self.digest = None
+        return MemoryExport(record=change, whole=False)
+
+    def export_whole_next(self) -> None:
+        """The last export was not stored: the next one stands for everything."""
+        self._whole_bytes = None
+
+    def holds(self, records: Sequence[bytes]) -> bool:
+        """Whether these facts are what `records` say (one whole export), unchanged since."""
+        return (
+            len(records) == 1
+            and self.digest is not None
+            and not self.pending()
+            and self.digest == export_digest(records[0])
+        )
+
+    def _change(self) -> SessionMemory:
+        """What changed since the last export (the journals are emptied)."""
+        lines, private_lines, private_values, trusted, untrusted = (
+            p.take_touched() for p in self._prints()
+        )
+        self.changed = False
+        return self._memory(
+            calls_by_tool=self.calls_by_tool.take_touched(),
+            untrusted_lines=lines,
+            private_lines=private_lines,
+            private_prints=private_values,
+            originals=self.originals.take_touched(),
+            counters=self.counters.take_touched(),
+            provenance=ProvenanceMemory(
+                trusted=trusted,
+                untrusted=untrusted,
+                calls=self._calls.take_touched(),
+                instructions=self.provenance.instructions,
+            ),
+        )
+
+    def _whole(self) -> SessionMemory:
+        return self._memory(
+            calls_by_tool=dict(self.calls_by_tool),
+            untrusted_lines=self.untrusted_lines.values(),
+            private_lines=self.private_lines.values(),
+            private_prints=self.private_values.values(),
+            originals=dict(self.originals),
+            counters=dict(self.counters),
+            provenance=self.provenance.export(),
+        )
+
+    def _memory(
+        self,
+        *,
+        calls_by_tool: dict[str, int],
+        untrusted_lines: list[int],
+        private_lines: list[int],
+        private_prints: list[int],
+        originals: dict[str, tuple[str, str]],
+        counters: dict[str, int],
+        provenance: ProvenanceMemory,
+    ) -> SessionMemory:
+        return SessionMemory(
+            turn_id=self.turn_id,
+            calls_in_turn=self.calls_in_turn,
+            calls_in_session=self.calls_in_session,
+            calls_by_tool=calls_by_tool,
+            untrusted_seen=self.untrusted_seen,
+            untrusted_lines=untrusted_lines,
+            private_lines=private_lines,
+            private_prints=private_prints,
+            private_saturated=self.private_saturated,
+            originals=originals,
+            counters=counters,
+            provenance=provenance,
+            forgotten=self.forgotten,
+        )
+
+    @staticmethod
+    def _encode(memory: SessionMemory) -> bytes:
+        return _memory_encoder.encode(memory)
+
+    def encode_whole(self) -> bytes:
+        """Everything, as one record (without changing what the next export holds)."""
+        return self._encode(self._whole())
+
+    @classmethod
+    def from_records(cls, records: Sequence[bytes]) -> SessionFacts:
+        """The facts the stored `records` (oldest first) stand for."""
+        facts = cls()
+        for record in records:
+            facts._take_in(_memory_decoder.decode(record))
+        for prints in facts._prints():
+            prints.take_touched()
+        for journal in facts._journals():
+            journal.take_touched()
+        if records:
+            facts._whole_bytes = len(records[0])
+            facts._log_bytes = sum(map(len, records[1:]))
+            if len(records) == 1:
+                facts.digest = export_digest(records[0])
+        return facts
 
     @classmethod
     def from_export(cls, memory: bytes) -> SessionFacts:
-        stored = _memory_decoder.decode(memory)
-        facts = cls()
-        facts.turn_id = stored.turn_id
-        facts.calls_in_turn = stored.calls_in_turn
-        facts.calls_in_session = stored.calls_in_session
-        facts.calls_by_tool = dict(stored.calls_by_tool)
-        facts.untrusted_seen = stored.untrusted_seen
-        facts.forgotten = stored.forgotten
-        facts.untrusted_lines.add_all(stored.untrusted_lines)
-        facts.private_lines.add_all(stored.private_lines)
-        facts.private_values.add_all(stored.private_prints)
+        """The facts one whole record stands for."""
+        return cls.from_records([memory])
+
+    def _take_in(self, stored: SessionMemory) -> None:
+        """Apply one record (see `SessionMemory`)."""
+        self.turn_id = stored.turn_id
+        self.calls_in_turn = stored.calls_in_turn
+        self.calls_in_session = stored.calls_in_session
+        for tool, count in stored.calls_by_tool.items():
+            self.calls_by_tool[tool] = count
+        self.untrusted_seen |= stored.untrusted_seen
+        self.forgotten |= stored.forgotten
+        self.untrusted_lines.add_all(stored.untrusted_lines)
+        self.private_lines.add_all(stored.private_lines)
+        self.private_values.add_all(stored.private_prints)
         for text in stored.untrusted_values:
-            facts.untrusted_lines.add_all(line_prints(text))
+            self.untrusted_lines.add_all(line_prints(text))
         for text in stored.private_values:
-            facts.private_values.add(value_print(text))
-            facts.private_lines.add_all(line_prints(text))
-        facts.private_values.saturated |= stored.private_saturated
-        facts.originals = dict(stored.originals)
-        facts.placeholders = {value: p for p, (_, value) in facts.originals.items()}
-        facts._placeholder_bytes = sum(
-            len(v) + len(p) + 16 for p, (_, v) in facts.originals.items()
-        )
-        facts.counters = dict(stored.counters)
+            self.private_values.add(value_print(text))
+            self.private_lines.add_all(line_prints(text))
+        self.private_values.saturated |= stored.private_saturated
+        for placeholder, (detector, value) in stored.originals.items():
+            if placeholder not in self.originals:
+                self._add_placeholder(placeholder, detector, value)
+        for kind, count in stored.counters.items():
+            self.counters[kind] = count
         if stored.provenance is not None:
-            facts.provenance = Provenance.from_export(stored.provenance)
-        facts.digest = export_digest(memory)
-        return facts
+            provenance = stored.provenance
+            self.provenance.trusted.add_all(provenance.trusted)
+            self.provenance.untrusted.add_all(provenance.untrusted)
+            for call_id, trusted in provenance.calls.items():
+                self._calls[call_id] = trusted
+                self._calls.move_to_end(call_id)
+            while len(self._calls) > MAX_CALLS:
+                self._calls.popitem(last=False)
+            self.provenance.instructions = provenance.instructions
 
 
 # How many hosted sessions' facts, and how many bytes of them, are kept in memory (least

@@ -27,7 +27,13 @@ from typing import Any
 import msgspec
 
 from aap_server import aos
-from aap_server.guardian.base import Guardian, GuardianStatus, TextScreen, check_scope
+from aap_server.guardian.base import (
+    Guardian,
+    GuardianStatus,
+    MemoryExport,
+    TextScreen,
+    check_scope,
+)
 from aap_server.guardian.content import (
     UNTRUSTED_METHODS,
     StepView,
@@ -404,28 +410,37 @@ class PolicyGuardian(Guardian):
         self.policy = policy
 
     # A hosted session's memory (outside any `POST /aos` scope) is taken back only when not
-    # in memory (one turn at a time runs it here); a `POST /aos` caller's (in its scope) is
-    # always replaced: the store holds the newest, whichever replica wrote it.
-    def export_session(self, session_id: str) -> bytes | None:
-        facts = self._cache(check_scope.get().namespace).get(session_id)
-        return facts.export() if facts is not None and facts.changed else None
+    # in memory (one turn at a time runs it here), and stored as a log of what each step
+    # changed; a `POST /aos` caller's (in its scope) is always replaced: the store holds the
+    # newest, whichever replica wrote it, as one whole record.
+    def export_session(self, session_id: str) -> MemoryExport | None:
+        cache = self._cache(check_scope.get().namespace)
+        facts = cache.get(session_id)
+        if facts is None or not facts.pending():
+            return None
+        return facts.export(whole=cache is not self._hosted)
 
-    def import_session(self, session_id: str, memory: bytes) -> None:
+    def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
         cache = self._cache(check_scope.get().namespace)
         if cache is self._hosted and session_id in cache:
             return
         held = cache.get(session_id)
-        if held is not None and held.holds(memory):  # what this process last wrote: as is
+        if held is not None and held.holds(records):  # what this process last wrote: as is
             cache.facts(session_id)  # (most recently used)
             return
         try:
-            facts = SessionFacts.from_export(memory)
+            facts = SessionFacts.from_records(records)
         except Exception:  # never keep an older copy, nor start afresh: fail closed
             # Unreadable (a bug, or a blob from elsewhere): assume the worst, as for a forgotten
             # session, so it cannot send out data as if nothing untrusted or private came in.
             logger.warning("unreadable guardian memory of session %s; assuming taint", session_id)
             facts = SessionFacts.of_forgotten()
         cache.put(session_id, facts)
+
+    def memory_not_stored(self, session_id: str) -> None:
+        facts = self._cache(check_scope.get().namespace).get(session_id)
+        if facts is not None:
+            facts.export_whole_next()
 
     def _cache(self, namespace: str) -> FactsCache:
         if not namespace:

@@ -76,16 +76,27 @@ class GuardianChecks:
     the database)."""
 
     def __init__(
-        self, guardian: FailClosed, session_id: str, turn_id: str, memory: bytes | None = None
+        self,
+        guardian: FailClosed,
+        session_id: str,
+        turn_id: str,
+        memory: list[bytes] | None = None,
     ) -> None:
         self.guardian = guardian
         self.session_id = session_id
         self.turn_id = turn_id
-        # The guardian's memory of the session as last stored: taken back before each check,
-        # which costs a lookup while the guardian still holds the session (after a restart or
-        # an eviction, even mid-turn, it restores what was stored).
+        # The guardian's memory of the session as last stored (its records, oldest first):
+        # taken back before each check, which costs a lookup while the guardian still holds
+        # the session (after a restart or an eviction, even mid-turn, it restores them).
         self.memory = memory
         self._audit: list[AuditDraft] = []
+
+    def remember(self, record: bytes, whole: bool) -> None:
+        """A record the guardian exported to be stored (see `MemoryExport`)."""
+        if whole or self.memory is None:
+            self.memory = [record]
+        else:
+            self.memory.append(record)
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         if self.memory is not None:

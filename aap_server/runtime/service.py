@@ -61,6 +61,7 @@ from aap_server.runtime.validation import (
     validate_turn_messages,
 )
 from aap_server.store import (
+    GuardianMemory,
     HistoryChangedError,
     HistoryPage,
     InvalidCursorError,
@@ -197,7 +198,8 @@ class AapService:
                 seed=seed,
                 refuse_modified_input=self.refuse_modified_input,
             )
-        memory = self.guardian.export_session(record.session_id)
+        exported = self.guardian.export_session(record.session_id)
+        memory = None if exported is None else GuardianMemory.written(*exported)
         if guarded == seed:
             await self.store.create_session(record, seed, audit=audit, guardian_memory=memory)
         else:

@@ -70,7 +70,13 @@ from aap_server.runtime.steps import simplify
 from aap_server.runtime.streamed import Streamed, merge_blocks, message_blocks
 from aap_server.runtime.tool_runs import INTERRUPTED, WITHHELD, ToolRunner
 from aap_server.runtime.validation import answer_of
-from aap_server.store import Compaction, PendingToolCall, SessionStore, StepWrite
+from aap_server.store import (
+    Compaction,
+    GuardianMemory,
+    PendingToolCall,
+    SessionStore,
+    StepWrite,
+)
 
 logger = logging.getLogger("aap_server.turn")
 
@@ -110,7 +116,7 @@ class TurnRun:
         emit: Callable[[EngineEvent], None],
         clock: Callable[[], float] = time.time,
         approval_timeout_seconds: float = 3600.0,
-        guardian_memory: bytes | None = None,
+        guardian_memory: GuardianMemory | None = None,
         refuse_modified_input: bool = False,
         deltas_seen: bool = True,
         defer_input: bool = False,
@@ -152,7 +158,12 @@ class TurnRun:
             turn_id=turn_id,
             principal=principal,
         )
-        self.checks = GuardianChecks(guardian, session_id, turn_id, guardian_memory)
+        self.checks = GuardianChecks(
+            guardian,
+            session_id,
+            turn_id,
+            None if guardian_memory is None else guardian_memory.stream(),
+        )
         self.context = compacted
         self.state = TurnState(state, owner=principal.owner)
         self.resources = GuardedResources(self.agent, self.checks, self.steps, self.state)
@@ -533,23 +544,33 @@ class TurnRun:
     # --- writes (each carries the verdicts not yet recorded) --------------------------------
 
     async def _store(self, write: StepWrite, *, defer: bool = False) -> None:
-        """Every write of the turn; the guardian's memory of the session goes with it when
-        it changed, so a restart forgets no taint, count or placeholder. A `defer`red write
-        is held and committed with the next one (or by `flush_audit` at the turn's end)."""
-        memory = self.guardian.export_session(self.session_id)
-        if memory is not None:
+        """Every write of the turn; what the guardian learned of the session since its last
+        export goes with it (a record of the step's changes, now and then a whole one), so a
+        restart forgets no taint, count or placeholder. A `defer`red write is held and
+        committed with the next one (or by `flush_audit` at the turn's end)."""
+        exported = self.guardian.export_session(self.session_id)
+        if exported is not None:
+            memory = GuardianMemory.written(*exported)
             write = msgspec.structs.replace(write, guardian_memory=memory)
-            self.checks.memory = memory
+            self.checks.remember(exported.record, exported.whole)
         deferred, self._deferred = self._deferred, None
         if deferred is not None:
             if deferred.compaction is not None and write.compaction is not None:
-                await self.store.commit(self.session_id, deferred)
+                await self._commit_write(deferred)
             else:
                 write = merged(deferred, write)
         if defer:
             self._deferred = write
             return
-        await self.store.commit(self.session_id, write)
+        await self._commit_write(write)
+
+    async def _commit_write(self, write: StepWrite) -> None:
+        try:
+            await self.store.commit(self.session_id, write)
+        except BaseException:
+            if write.guardian_memory is not None:  # the stored records miss this one now
+                self.guardian.memory_not_stored(self.session_id)
+            raise
 
     async def _close_open_message(self) -> None:
         """The turn ended with an assistant message still open (its calls were hidden): the
@@ -606,6 +627,8 @@ def merged(first: StepWrite, then: StepWrite) -> StepWrite:
         state={**(first.state or {}), **(then.state or {})} or None,
         audit=[*first.audit, *then.audit],
         guardian_memory=(
-            then.guardian_memory if then.guardian_memory is not None else first.guardian_memory
+            first.guardian_memory.then(then.guardian_memory)
+            if first.guardian_memory is not None and then.guardian_memory is not None
+            else then.guardian_memory or first.guardian_memory
         ),
     )

@@ -60,6 +60,33 @@ class Compaction(msgspec.Struct, frozen=True, kw_only=True):
     replacement: list[HistoryMessage] = msgspec.field(default_factory=list)
 
 
+class GuardianMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """The guardian's memory of a session, opaque to the store: a sequence of records taken
+    back in order (`snapshot`, if any, then `records`, oldest first).
+
+    In a write: a `snapshot` replaces what was stored (snapshot and records), and `records`
+    are appended after it, so a step costs the store what it adds, not the whole memory."""
+
+    snapshot: bytes | None = None
+    records: tuple[bytes, ...] = ()
+
+    @classmethod
+    def written(cls, record: bytes, whole: bool) -> GuardianMemory:
+        """One record to store: a `whole` one replaces everything stored before it."""
+        return cls(snapshot=record) if whole else cls(records=(record,))
+
+    def stream(self) -> list[bytes]:
+        """The records in the order they are taken back."""
+        head = [] if self.snapshot is None else [self.snapshot]
+        return [*head, *self.records]
+
+    def then(self, later: GuardianMemory) -> GuardianMemory:
+        """This write followed by `later`, as one."""
+        if later.snapshot is not None:
+            return later
+        return GuardianMemory(snapshot=self.snapshot, records=(*self.records, *later.records))
+
+
 class StepWrite(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one step changes, written atomically in one call to the database thread."""
 
@@ -75,8 +102,8 @@ class StepWrite(msgspec.Struct, frozen=True, kw_only=True):
     state: dict[str, Any] | None = None
     # Guardian verdicts to append to the session's hash-chained audit trail.
     audit: list[AuditDraft] = msgspec.field(default_factory=list)
-    # When set, replaces the guardian's stored memory of the session (opaque to the store).
-    guardian_memory: bytes | None = None
+    # When set, what the guardian's stored memory of the session gains (`GuardianMemory`).
+    guardian_memory: GuardianMemory | None = None
 
 
 class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,8 +112,8 @@ class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     record: SessionRecord
     compacted: list[HistoryMessage]
     state: dict[str, Any]
-    # The guardian's memory of the session as it last exported it (None: nothing yet).
-    guardian_memory: bytes | None = None
+    # The guardian's memory of the session as stored (None: nothing yet).
+    guardian_memory: GuardianMemory | None = None
 
 
 class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -235,7 +262,7 @@ class SessionStore(abc.ABC):
         seed: list[HistoryMessage],
         *,
         audit: Sequence[AuditDraft] = (),
-        guardian_memory: bytes | None = None,
+        guardian_memory: GuardianMemory | None = None,
     ) -> None:
         """Store a new session with its seed history (both full and compacted), the
         guardian's verdicts on that seed (the first entries of its audit trail) and what the

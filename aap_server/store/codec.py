@@ -19,6 +19,7 @@ import msgspec
 from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
 from aap_server.store.audit import GENESIS_HASH, AuditDraft, entry_hash
 from aap_server.store.base import (
+    GuardianMemory,
     InvalidCursorError,
     PendingToolCall,
     QuotaExceededError,
@@ -154,7 +155,7 @@ class EncodedStep(msgspec.Struct, frozen=True):
     replacement: list[bytes]
     state: list[tuple[str, bytes]]
     audit: list[AuditDraft]
-    guardian_memory: bytes | None
+    guardian_memory: GuardianMemory | None
 
     @property
     def updates_session(self) -> bool:

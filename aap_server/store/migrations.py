@@ -166,6 +166,16 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX turn_leases_by_owner ON turn_leases (owner, expires_at);
     """,
+    # 7: the guardian's memory of a session grows by a record per step that changed it
+    # (`guardian_memory` keeps the last whole one): a step writes what it added.
+    """
+    CREATE TABLE guardian_memory_log (
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        seq        INTEGER NOT NULL,
+        record     BLOB NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -31,6 +31,7 @@ from aap_server.store.base import (
     AuditChain,
     AuditPage,
     CallerMemory,
+    GuardianMemory,
     HistoryChangedError,
     HistoryKind,
     HistoryPage,
@@ -215,6 +216,13 @@ _UPSERT_MEMORY = (
     "ON CONFLICT (session_id) DO UPDATE SET memory = excluded.memory"
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = $1"
+_CLEAR_MEMORY_LOG = "DELETE FROM guardian_memory_log WHERE session_id = $1"
+_NEXT_MEMORY_SEQ = "SELECT coalesce(max(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = $1"
+_APPEND_MEMORY_LOG = (
+    "INSERT INTO guardian_memory_log (session_id, seq, record) "
+    "SELECT $1, s, r FROM unnest($2::bigint[], $3::bytea[]) AS t (s, r)"
+)
+_SELECT_MEMORY_LOG = "SELECT record FROM guardian_memory_log WHERE session_id = $1 ORDER BY seq"
 _USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = $1"
 # Quota checks that add in the same transaction lock the owner's counters first, so two
 # replicas cannot both take the last place.
@@ -436,7 +444,28 @@ async def _commit(conn: Connection, session_id: str, step: EncodedStep) -> None:
     if added:
         await conn.execute(_ADD_USAGE, owner, 0, added)
     if step.guardian_memory is not None:
-        await conn.execute(_UPSERT_MEMORY, session_id, step.guardian_memory)
+        await _write_memory(conn, session_id, step.guardian_memory)
+
+
+async def _write_memory(conn: Connection, session_id: str, memory: GuardianMemory) -> None:
+    """Store what the guardian's memory of a session gained (see `GuardianMemory`)."""
+    if memory.snapshot is not None:
+        await conn.execute(_UPSERT_MEMORY, session_id, memory.snapshot)
+        await conn.execute(_CLEAR_MEMORY_LOG, session_id)
+        seq = 0
+    else:
+        seq = await conn.fetchval(_NEXT_MEMORY_SEQ, session_id)
+    if memory.records:
+        seqs = list(range(seq, seq + len(memory.records)))
+        await conn.execute(_APPEND_MEMORY_LOG, session_id, seqs, list(memory.records))
+
+
+async def _read_memory(conn: Connection, session_id: str) -> GuardianMemory | None:
+    snapshot = await conn.fetchval(_SELECT_MEMORY, session_id)
+    records = tuple(row[0] for row in await conn.fetch(_SELECT_MEMORY_LOG, session_id))
+    if snapshot is None and not records:
+        return None
+    return GuardianMemory(snapshot=snapshot, records=records)
 
 
 async def _drop(conn: Connection, owner: str, sql: str, *params: Any) -> int:
@@ -632,7 +661,7 @@ class PostgresSessionStore(SessionStore):
         seed: list[HistoryMessage],
         *,
         audit: Sequence[AuditDraft] = (),
-        guardian_memory: bytes | None = None,
+        guardian_memory: GuardianMemory | None = None,
     ) -> None:
         session_id, owner = record.session_id, record.owner
         row = session_row(record)
@@ -654,7 +683,7 @@ class PostgresSessionStore(SessionStore):
             stored += await _append_audit(conn, session_id, audit)
             await conn.execute(_ADD_USAGE, owner, 1, stored)
             if guardian_memory is not None:
-                await conn.execute(_UPSERT_MEMORY, session_id, guardian_memory)
+                await _write_memory(conn, session_id, guardian_memory)
 
         await self._run(create, write=True)
 
@@ -748,7 +777,7 @@ class PostgresSessionStore(SessionStore):
                 await _check_quota(conn, limits, owner, 0, 1)
                 history = await conn.fetch(_SELECT_HISTORY["compacted"], session_id)
                 state = await conn.fetch(_SELECT_STATE, session_id)
-                memory = await conn.fetchval(_SELECT_MEMORY, session_id)
+                memory = await _read_memory(conn, session_id)
                 return row, history, state, memory
 
         found = await self._run(read)

@@ -121,6 +121,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         'ALTER TABLE turn_leases ADD COLUMN owner text COLLATE "C"',
         "CREATE INDEX turn_leases_by_owner ON turn_leases (owner, expires_at)",
     ),
+    # 3: a record per step that changed the guardian's memory (see SQLite's migration 7).
+    (
+        """CREATE TABLE guardian_memory_log (
+            session_id text COLLATE "C" NOT NULL
+                REFERENCES sessions (session_id) ON DELETE CASCADE,
+            seq        bigint NOT NULL,
+            record     bytea NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -31,6 +31,7 @@ from aap_server.store.base import (
     AuditChain,
     AuditPage,
     CallerMemory,
+    GuardianMemory,
     HistoryChangedError,
     HistoryKind,
     HistoryPage,
@@ -162,6 +163,10 @@ _UPSERT_MEMORY = (
     "ON CONFLICT (session_id) DO UPDATE SET memory = excluded.memory"
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = ?"
+_CLEAR_MEMORY_LOG = "DELETE FROM guardian_memory_log WHERE session_id = ?"
+_NEXT_MEMORY_SEQ = "SELECT coalesce(max(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = ?"
+_APPEND_MEMORY_LOG = "INSERT INTO guardian_memory_log (session_id, seq, record) VALUES (?, ?, ?)"
+_SELECT_MEMORY_LOG = "SELECT record FROM guardian_memory_log WHERE session_id = ? ORDER BY seq"
 _STATE_SIZE = "SELECT length(value) FROM agent_state WHERE session_id = ? AND key = ?"
 _DROPPED_SIZE = (
     "SELECT COALESCE(SUM(length(message)), 0) FROM history_compacted "
@@ -408,7 +413,28 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -
     if added:
         conn.execute(_ADD_USAGE, (owner, 0, added))
     if step.guardian_memory is not None:
-        conn.execute(_UPSERT_MEMORY, (session_id, step.guardian_memory))
+        _write_memory(conn, session_id, step.guardian_memory)
+
+
+def _write_memory(conn: sqlite3.Connection, session_id: str, memory: GuardianMemory) -> None:
+    """Store what the guardian's memory of a session gained (see `GuardianMemory`)."""
+    if memory.snapshot is not None:
+        conn.execute(_UPSERT_MEMORY, (session_id, memory.snapshot))
+        conn.execute(_CLEAR_MEMORY_LOG, (session_id,))
+        seq = 0
+    else:
+        (seq,) = conn.execute(_NEXT_MEMORY_SEQ, (session_id,)).fetchone()
+    conn.executemany(
+        _APPEND_MEMORY_LOG, [(session_id, seq + i, r) for i, r in enumerate(memory.records)]
+    )
+
+
+def _read_memory(conn: sqlite3.Connection, session_id: str) -> GuardianMemory | None:
+    snapshot = conn.execute(_SELECT_MEMORY, (session_id,)).fetchone()
+    records = tuple(row[0] for row in conn.execute(_SELECT_MEMORY_LOG, (session_id,)))
+    if snapshot is None and not records:
+        return None
+    return GuardianMemory(snapshot=snapshot[0] if snapshot else None, records=records)
 
 
 def _take_lease_sync(
@@ -510,7 +536,7 @@ def _create_sync(
     row: SessionRow,
     seed: list[bytes],
     audit: Sequence[AuditDraft],
-    guardian_memory: bytes | None,
+    guardian_memory: GuardianMemory | None,
 ) -> None:
     session_id, owner = row[0], row[1]
     stored = 2 * sum(map(len, seed))  # the seed opens both histories
@@ -527,7 +553,7 @@ def _create_sync(
         stored += _append_audit(conn, session_id, audit)
     conn.execute(_ADD_USAGE, (owner, 1, stored))
     if guardian_memory is not None:
-        conn.execute(_UPSERT_MEMORY, (session_id, guardian_memory))
+        _write_memory(conn, session_id, guardian_memory)
 
 
 def _history_page_sync(
@@ -747,7 +773,7 @@ class SqliteSessionStore(SessionStore):
         seed: list[HistoryMessage],
         *,
         audit: Sequence[AuditDraft] = (),
-        guardian_memory: bytes | None = None,
+        guardian_memory: GuardianMemory | None = None,
     ) -> None:
         row = session_row(record)
         messages = [ENCODER.encode(m) for m in seed]
@@ -824,7 +850,7 @@ class SqliteSessionStore(SessionStore):
             _check_quota(conn, limits, owner, 0, 1)  # at the quota: no turn may add more
             history = conn.execute(_SELECT_HISTORY["compacted"], (session_id,)).fetchall()
             state = conn.execute(_SELECT_STATE, (session_id,)).fetchall()
-            return row, history, state, conn.execute(_SELECT_MEMORY, (session_id,)).fetchone()
+            return row, history, state, _read_memory(conn, session_id)
 
         found = await self._read(read)
         if found is None:
@@ -834,7 +860,7 @@ class SqliteSessionStore(SessionStore):
             record=decode_record(session_id, owner, *row),
             compacted=decode_history(history),
             state=decode_state(state),
-            guardian_memory=memory[0] if memory else None,
+            guardian_memory=memory,
         )
 
     async def commit(self, session_id: str, write: StepWrite) -> None:

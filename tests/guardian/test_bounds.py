@@ -110,7 +110,7 @@ async def test_the_scan_limit_and_its_action_are_settings() -> None:
     # Let through unscanned, it still counts as untrusted input.
     memory = guardian.export_session("sess_1")
     assert memory is not None
-    assert b'"untrusted_seen":true' in memory
+    assert b'"untrusted_seen":true' in memory.record
 
 
 async def test_the_time_budget_ends_a_pathological_check_with_guardian_timeout() -> None:

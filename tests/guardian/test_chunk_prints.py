@@ -73,7 +73,7 @@ def test_every_guaranteed_run_of_a_tracked_text_is_recognised(note: str) -> None
 
 async def test_memory_stored_by_the_winnowing_version_still_recognises_its_text() -> None:
     guardian = PolicyGuardian(default_policy())
-    guardian.import_session("sess_1", WINNOWED_EXPORT.read_bytes())
+    guardian.import_session("sess_1", [WINNOWED_EXPORT.read_bytes()])
     fragment = "fyi: alice martin ENGINEERING   lead earns 182,000"
     leak = steps(turn="turn_2").tool_call_request(
         "c9", "send_email", {"to": "x@example.com", "body": fragment}

@@ -147,9 +147,9 @@ async def test_what_the_user_named_survives_export_and_import() -> None:
     await before.check(make.message("user", "Pay 100 to GB82WEST12345698765432 please"))
     memory = before.export_session("sess_1")
     assert memory is not None
-    assert b"GB82WEST" not in memory.upper()  # fingerprints, not text
+    assert b"GB82WEST" not in memory.record.upper()  # fingerprints, not text
     after = PolicyGuardian(default_policy())  # a new process
-    after.import_session("sess_1", memory)
+    after.import_session("sess_1", [memory.record])
     request = make.tool_call_request("c1", "send_money", pay("GB82WEST12345698765432"))
     assert await verdict_of(after, request) == "allow"
     assert await verdict_of(PolicyGuardian(default_policy()), request) == "require_approval"

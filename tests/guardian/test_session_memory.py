@@ -32,7 +32,7 @@ async def test_memory_survives_a_restart_through_its_export() -> None:
     assert before.export_session("sess_1") is None  # nothing changed since
 
     after = PolicyGuardian(default_policy())  # a new process
-    after.import_session("sess_1", memory)
+    after.import_session("sess_1", [memory.record])
     verdict = await after.check(leak())
     assert verdict.decision == "deny"
     assert verdict.data is not None
@@ -47,7 +47,7 @@ async def test_placeholders_and_counts_survive_too() -> None:
     assert memory is not None
 
     after = PolicyGuardian(parse_policy(text.encode()))
-    after.import_session("sess_1", memory)
+    after.import_session("sess_1", [memory.record])
     again = await after.check(steps().message("user", "carol@example.com, bob@example.com"))
     assert text_of(again.modified_request) == "<EMAIL_2>, <EMAIL_1>"
 
@@ -59,7 +59,7 @@ async def test_an_import_never_overwrites_what_is_in_memory() -> None:
     stale = fresh.export_session("sess_1")
     assert stale is not None
     await guardian.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
-    guardian.import_session("sess_1", stale)
+    guardian.import_session("sess_1", [stale.record])
     assert (await guardian.check(leak())).decision == "deny"
 
 
@@ -154,8 +154,9 @@ async def test_memory_keeps_fingerprints_not_texts_and_stays_bounded() -> None:
         [secret_line] + [f"filler line number {i:06d} of the page" for i in range(20_000)]
     )
     await guardian.check(steps().tool_call_result("c1", big, False))
-    memory = guardian.export_session("sess_1")
-    assert memory is not None
+    exported = guardian.export_session("sess_1")
+    assert exported is not None
+    memory = exported.record
     assert b"PURPLE" not in memory
     assert b"filler" not in memory
     assert len(memory) < guardian_memory.MAX_SESSION_BYTES
@@ -198,17 +199,18 @@ async def test_placeholders_are_bounded_and_still_redact(monkeypatch: pytest.Mon
 
 def test_unreadable_memory_is_taken_as_tainted() -> None:
     guardian = PolicyGuardian(default_policy())
-    guardian.import_session("sess_1", b"not what was exported")
+    guardian.import_session("sess_1", [b"not what was exported"])
     memory = guardian.export_session("sess_1")
     assert memory is not None
-    assert msgspec.json.decode(memory, type=guardian_memory.SessionMemory).untrusted_seen is True
+    stored = msgspec.json.decode(memory.record, type=guardian_memory.SessionMemory)
+    assert stored.untrusted_seen is True
 
 
 async def test_unreadable_memory_lets_no_private_data_out() -> None:
     # As for a forgotten session: an outbound call is taken to carry private data, also after
     # the memory that stands in for the unreadable one is stored and read back.
     guardian = PolicyGuardian(default_policy())
-    guardian.import_session("sess_1", b"not what was exported")
+    guardian.import_session("sess_1", [b"not what was exported"])
     body = "SSN 123-45-6789, card 4111 1111 1111 1111"
     verdict = await guardian.check(leak(body=body))
     assert verdict.decision == "deny"
@@ -216,7 +218,7 @@ async def test_unreadable_memory_lets_no_private_data_out() -> None:
     memory = guardian.export_session("sess_1")
     assert memory is not None
     restarted = PolicyGuardian(default_policy())
-    restarted.import_session("sess_1", memory)
+    restarted.import_session("sess_1", [memory.record])
     assert (await restarted.check(leak(body=body))).reason_code == ["exfiltration.private_data"]
 
 

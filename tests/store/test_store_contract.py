@@ -22,6 +22,7 @@ from aap_server.protocol import (
 from aap_server.store import (
     GENESIS_HASH,
     Compaction,
+    GuardianMemory,
     InvalidCursorError,
     SessionStore,
     StepWrite,
@@ -611,28 +612,47 @@ async def test_malformed_audit_cursor_raises_invalid_cursor_error(store: Session
             await store.load_audit(record.session_id, cursor, 10)
 
 
-async def test_guardian_memory_is_replaced_by_each_write_that_carries_it(
+async def test_guardian_memory_is_a_snapshot_and_the_records_appended_after_it(
     store: SessionStore,
 ) -> None:
     record = new_record()
-    await store.create_session(record, [])
-    snapshot = await store.load_turn(record.session_id, record.owner)
-    assert snapshot is not None
-    assert snapshot.guardian_memory is None
+    await store.create_session(record, [], guardian_memory=GuardianMemory(snapshot=b"zero"))
+    session_id = record.session_id
 
-    await store.commit(record.session_id, StepWrite(full=[user("a")], guardian_memory=b"one"))
-    await store.commit(record.session_id, StepWrite(full=[user("b")]))  # carries none: kept
-    snapshot = await store.load_turn(record.session_id, record.owner)
-    assert snapshot is not None
-    assert snapshot.guardian_memory == b"one"
+    async def stored() -> GuardianMemory | None:
+        snapshot = await store.load_turn(session_id, record.owner)
+        assert snapshot is not None
+        return snapshot.guardian_memory
 
-    await store.commit(record.session_id, StepWrite(guardian_memory=b"two"))
-    snapshot = await store.load_turn(record.session_id, record.owner)
-    assert snapshot is not None
-    assert snapshot.guardian_memory == b"two"
+    assert await stored() == GuardianMemory(snapshot=b"zero")
+    one = GuardianMemory(records=(b"one",))
+    await store.commit(session_id, StepWrite(full=[user("a")], guardian_memory=one))
+    await store.commit(session_id, StepWrite(full=[user("b")]))  # carries none: kept
+    two = GuardianMemory(records=(b"two", b"three"))
+    await store.commit(session_id, StepWrite(guardian_memory=two))
+    assert await stored() == GuardianMemory(snapshot=b"zero", records=(b"one", b"two", b"three"))
 
-    await store.delete_session(record.session_id, record.owner)
+    # A snapshot replaces the snapshot and every record before it.
+    await store.commit(session_id, StepWrite(guardian_memory=GuardianMemory(snapshot=b"all")))
+    assert await stored() == GuardianMemory(snapshot=b"all")
+    await store.commit(session_id, StepWrite(guardian_memory=GuardianMemory(records=(b"four",))))
+    assert await stored() == GuardianMemory(snapshot=b"all", records=(b"four",))
+
+    await store.delete_session(session_id, record.owner)
     await store.create_session(record, [])  # the same id again starts with no memory
+    assert await stored() is None
+    # Records with no snapshot before them (nothing stored yet) read back as they are.
+    await store.commit(session_id, StepWrite(guardian_memory=GuardianMemory(records=(b"x",))))
+    assert await stored() == GuardianMemory(records=(b"x",))
+
+
+async def test_a_guardian_memory_write_fails_with_its_step(store: SessionStore) -> None:
+    record = new_record()
+    await store.create_session(record, [], guardian_memory=GuardianMemory(snapshot=b"zero"))
+    bad = Compaction(drop=5, replacement=[])  # more than the history holds: refused
+    memory = GuardianMemory(records=(b"lost",))
+    with pytest.raises(ValueError, match="compaction drops"):
+        await store.commit(record.session_id, StepWrite(compaction=bad, guardian_memory=memory))
     snapshot = await store.load_turn(record.session_id, record.owner)
     assert snapshot is not None
-    assert snapshot.guardian_memory is None
+    assert snapshot.guardian_memory == GuardianMemory(snapshot=b"zero")
