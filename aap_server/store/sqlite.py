@@ -51,7 +51,7 @@ from aap_server.store.caller_memory import (
     EVICT_BATCH,
     CallerMemorySave,
     CallerUsage,
-    caller_row_bytes,
+    saved_version,
 )
 from aap_server.store.codec import (
     AUDIT_DECODER,
@@ -601,37 +601,28 @@ def _save_caller_memory_sync(
     forgotten_row = None
     if row is None:
         forgotten_row = conn.execute(_SELECT_CALLER_FORGOTTEN, (caller, session_id)).fetchone()
-    current = row[0] if row else forgotten_row[0] if forgotten_row else 0
-    if current != save.version:
+    forgotten_version = forgotten_row[0] if forgotten_row else None
+    if saved_version(None if row is None else row[0], forgotten_version) != save.version:
         return False
     usage = CallerUsage.of(conn.execute(_CALLER_USAGE, (caller,)).fetchone())
-    if row is not None:
-        usage.bytes -= caller_row_bytes(session_id, row[1])
     if forgotten_row is not None:
         conn.execute(_UNFORGET, (caller, session_id))
-        usage.forgotten -= 1
-    usage.clock += 1
+    clock = usage.replace(save, None if row is None else row[1], forgotten_row is not None)
     conn.execute(
         _PUT_CALLER_MEMORY,
-        (caller, session_id, save.memory, save.tainted, save.version + 1, usage.clock),
+        (caller, session_id, save.memory, save.tainted, save.version + 1, clock),
     )
-    usage.bytes += caller_row_bytes(session_id, len(save.memory))
-    while usage.bytes > limits.caller_memory_bytes:
+    while usage.over(limits):
         oldest = conn.execute(_LEAST_RECENT, (caller, EVICT_BATCH)).fetchall()
-        victims = [r for r in oldest if r[0] != session_id]
-        if not victims:
+        dropped = usage.evict(limits, session_id, oldest)
+        if not dropped:
             break
-        for victim, tainted, version, size in victims:
+        for victim, forget, version in dropped:
             conn.execute(_DROP_CALLER_MEMORY, (caller, victim))
-            usage.bytes -= caller_row_bytes(victim, size)
-            if tainted:
-                conn.execute(_FORGET, (caller, victim, version + 1))
-                usage.forgotten += 1
-            if usage.bytes <= limits.caller_memory_bytes:
-                break
-    if usage.forgotten > limits.caller_forgotten_sessions:
+            if forget:
+                conn.execute(_FORGET, (caller, victim, version))
+    if usage.forget_all_if_too_many(limits):
         conn.execute(_FORGET_ALL, (caller,))
-        usage.forgotten, usage.overflowed = 0, True
     conn.execute(_PUT_CALLER_USAGE, (caller, *usage.row()))
     return True
 
