@@ -213,7 +213,7 @@ MIN_LOG_BYTES = 16 * 1024
 
 def export_digest(memory: bytes) -> bytes:
     """What tells an export apart from any other (cheaper than importing it: see
-    `SessionFacts.digest`)."""
+    `SessionFacts.matches`)."""
     return hashlib.blake2b(memory, digest_size=16).digest()
 
 
@@ -245,14 +245,11 @@ class _Journaled(OrderedDict[_K, _V]):
         self._touched: dict[_K, None] = {}
 
     def __setitem__(self, key: _K, value: _V) -> None:
-        super().__setitem__(key, value)
-        self._touch(key)
+        super().__setitem__(key, value)  # a new key goes last, a known one stays in place
+        self._touched.setdefault(key, None)
 
     def move_to_end(self, key: _K, last: bool = True) -> None:
         super().move_to_end(key, last)
-        self._touch(key)
-
-    def _touch(self, key: _K) -> None:
         self._touched.pop(key, None)
         self._touched[key] = None
 
@@ -291,13 +288,17 @@ class SessionFacts:
         # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
         # untrusted and private data in every tool argument (fail closed).
         self.forgotten = False
-        # The `export_digest` of the whole export these facts equal while unchanged (the one
-        # they were imported from or last exported as): taking it back is a no-op.
-        self.digest: bytes | None = None
-        # What the store holds of this session: the size of its last whole record (None:
-        # none yet) and of the change records after it (see `MIN_LOG_BYTES`).
+        # What the store holds of this session as far as these facts know: the size of its
+        # last whole record (None: none yet) and of the change records after it (see
+        # `MIN_LOG_BYTES`), how many records that is, and the last one (the bytes and their
+        # `export_digest`): records taken back that end the same are these facts (`matches`).
         self._whole_bytes: int | None = None
         self._log_bytes = 0
+        self._count = 0
+        self._last: bytes | None = None
+        self._last_digest: bytes | None = None
+        # The last export was not stored: these facts know something the store does not.
+        self._unstored = False
 
     @classmethod
     def of_forgotten(cls) -> SessionFacts:
@@ -403,25 +404,44 @@ class SessionFacts:
             or (self._log_bytes + len(change) > max(self._whole_bytes, MIN_LOG_BYTES))
         ):
             record = self._encode(self._whole())
-            self._whole_bytes, self._log_bytes = len(record), 0
-            self.digest = export_digest(record)
+            self._whole_bytes, self._log_bytes, self._count = len(record), 0, 1
+            self._unstored = False
+            self._exported(record)
             return MemoryExport(record=record, whole=True)
         self._log_bytes += len(change)
-        self.digest = None
+        self._count += 1
+        self._exported(change)
         return MemoryExport(record=change, whole=False)
+
+    def _exported(self, record: bytes) -> None:
+        self._last, self._last_digest = record, export_digest(record)
 
     def export_whole_next(self) -> None:
         """The last export was not stored: the next one stands for everything."""
         self._whole_bytes = None
+        self._unstored = True
+
+    def matches(self, records: Sequence[bytes]) -> bool:
+        """Whether `records` are what these facts were last exported as or taken back from:
+        as many, ending in the same record. O(1) for the records this process handed out
+        or read (compared by identity), else one digest of the last record."""
+        if not records or len(records) != self._count or self._last_digest is None:
+            return False
+        last = records[-1]
+        if last is self._last:
+            return True
+        if export_digest(last) != self._last_digest:
+            return False
+        self._last = last  # the next comparison with the same records is by identity
+        return True
 
     def holds(self, records: Sequence[bytes]) -> bool:
-        """Whether these facts are what `records` say (one whole export), unchanged since."""
-        return (
-            len(records) == 1
-            and self.digest is not None
-            and not self.pending()
-            and self.digest == export_digest(records[0])
-        )
+        """Whether these facts are what `records` say, unchanged since."""
+        return not self.pending() and self.matches(records)
+
+    def knows_more_than_stored(self) -> bool:
+        """Whether these facts hold something not exported, or exported and not stored."""
+        return self._unstored or self.pending()
 
     def _change(self) -> SessionMemory:
         """What changed since the last export (the journals are emptied)."""
@@ -503,22 +523,36 @@ class SessionFacts:
         if records:
             facts._whole_bytes = len(records[0])
             facts._log_bytes = sum(map(len, records[1:]))
-            if len(records) == 1:
-                facts.digest = export_digest(records[0])
+            facts._count = len(records)
+            facts._exported(records[-1])
         return facts
+
+    def take_in_also(self, records: Sequence[bytes]) -> None:
+        """Add what stored `records` say to these facts, which know something they do not
+        (the store was written elsewhere meanwhile): prints, placeholders and flags of both,
+        the higher counts (fail closed). The next export is whole."""
+        for record in records:
+            self._take_in(_memory_decoder.decode(record), merge=True)
+        self._whole_bytes = None
+        self._unstored = self.changed = True
 
     @classmethod
     def from_export(cls, memory: bytes) -> SessionFacts:
         """The facts one whole record stands for."""
         return cls.from_records([memory])
 
-    def _take_in(self, stored: SessionMemory) -> None:
-        """Apply one record (see `SessionMemory`)."""
-        self.turn_id = stored.turn_id
-        self.calls_in_turn = stored.calls_in_turn
-        self.calls_in_session = stored.calls_in_session
-        for tool, count in stored.calls_by_tool.items():
-            self.calls_by_tool[tool] = count
+    def _take_in(self, stored: SessionMemory, merge: bool = False) -> None:
+        """Apply one record (see `SessionMemory`); with `merge`, counts only go up."""
+
+        def count(mine: int, theirs: int) -> int:
+            return max(mine, theirs) if merge else theirs
+
+        if not merge or self.turn_id is None:
+            self.turn_id = stored.turn_id
+        self.calls_in_turn = count(self.calls_in_turn, stored.calls_in_turn)
+        self.calls_in_session = count(self.calls_in_session, stored.calls_in_session)
+        for tool, calls in stored.calls_by_tool.items():
+            self.calls_by_tool[tool] = count(self.calls_by_tool.get(tool, 0), calls)
         self.untrusted_seen |= stored.untrusted_seen
         self.forgotten |= stored.forgotten
         self.untrusted_lines.add_all(stored.untrusted_lines)
@@ -533,8 +567,8 @@ class SessionFacts:
         for placeholder, (detector, value) in stored.originals.items():
             if placeholder not in self.originals:
                 self._add_placeholder(placeholder, detector, value)
-        for kind, count in stored.counters.items():
-            self.counters[kind] = count
+        for kind, number in stored.counters.items():
+            self.counters[kind] = count(self.counters.get(kind, 0), number)
         if stored.provenance is not None:
             provenance = stored.provenance
             self.provenance.trusted.add_all(provenance.trusted)

@@ -409,10 +409,11 @@ class PolicyGuardian(Guardian):
         self._families = _Families(policy)
         self.policy = policy
 
-    # A hosted session's memory (outside any `POST /aos` scope) is taken back only when not
-    # in memory (one turn at a time runs it here), and stored as a log of what each step
-    # changed; a `POST /aos` caller's (in its scope) is always replaced: the store holds the
-    # newest, whichever replica wrote it, as one whole record.
+    # A hosted session's memory (outside any `POST /aos` scope) is stored as a log of what
+    # each step changed, and taken back unless it is what this process holds (one turn at a
+    # time runs a session); a `POST /aos` caller's (in its scope) is always replaced unless
+    # it is what this process last wrote: the store holds the newest, whichever replica
+    # wrote it, as one whole record.
     def export_session(self, session_id: str) -> MemoryExport | None:
         cache = self._cache(check_scope.get().namespace)
         facts = cache.get(session_id)
@@ -422,10 +423,16 @@ class PolicyGuardian(Guardian):
 
     def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
         cache = self._cache(check_scope.get().namespace)
-        if cache is self._hosted and session_id in cache:
-            return
         held = cache.get(session_id)
-        if held is not None and held.holds(records):  # what this process last wrote: as is
+        if cache is self._hosted and held is not None:
+            if held.matches(records):  # what this process last stored or read: as is
+                return
+            if held.knows_more_than_stored():  # keep both: fail closed
+                held.take_in_also(records)
+                cache.resized(session_id)
+                return
+            # Else the store is newer (another replica ran a turn of the session): taken back.
+        elif held is not None and held.holds(records):  # what this process last wrote
             cache.facts(session_id)  # (most recently used)
             return
         try:

