@@ -11,7 +11,24 @@ from contextlib import closing
 from pathlib import Path
 
 from aap_server.guardian.memory import MIN_LOG_BYTES
+from aap_server.guardian.policy import default_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.protocol import (
+    AgentConfig,
+    PostSessionsRequest,
+    PostSessionTurnRequest,
+    ServerToolRef,
+    ToolMessage,
+    UserMessage,
+)
+from aap_server.runtime import AapService, AgentRegistry, none_view
+from aap_server.runtime.principal import Principal
+from aap_server.store import StepWrite
+from aap_server.store.sqlite import SqliteSessionStore
+from agents import discover
+from tests.e2e.guardian_helpers import tool_line
 from tests.e2e.test_default_policy import (
+    SALARY,
     TRUSTED_TOOLS,
     default_policy_server,
     email_to_a_friend,
@@ -79,3 +96,57 @@ async def test_a_turn_stores_what_it_added_and_a_restart_takes_it_all_back(
         assert [e["ruleId"] for e in audit if e["decision"] == "deny"] == [
             "no-exfiltration-after-untrusted-content"
         ]
+
+
+ALICE = Principal(user_id="alice", org_id="acme")  # key-alice's, as the server sees it
+
+
+class FailingMemoryWrite(SqliteSessionStore):
+    """A real SQLite store whose next write of a tool result fails (a full disk)."""
+
+    fail_next = False
+
+    async def commit(self, session_id: str, write: StepWrite) -> None:
+        if self.fail_next and any(isinstance(m, ToolMessage) for m in write.full):
+            assert write.guardian_memory is not None  # what the result taught the guardian
+            self.fail_next = False
+            raise OSError("no space left on device")
+        await super().commit(session_id, write)
+
+
+async def test_memory_whose_write_failed_is_stored_whole_by_the_next_turn(tmp_path: Path) -> None:
+    db = tmp_path / "aap.db"
+    store = FailingMemoryWrite(str(db))
+    await store.open()
+    try:
+        service = AapService(
+            registry=AgentRegistry(discover()),
+            store=store,
+            guardian=PolicyGuardian(default_policy()),
+        )
+        tools = [ServerToolRef(name=t["name"], trust=True) for t in TRUSTED_TOOLS]
+        created = await service.create_session(
+            ALICE, PostSessionsRequest(agent=AgentConfig(name="demo", tools=tools))
+        )
+        session_id = created.session_id
+
+        async def say(text: str) -> str:
+            request = PostSessionTurnRequest(messages=[UserMessage(content=text)])
+            turn = await service.start_turn(ALICE, session_id, request)
+            return (await none_view(turn.events())).stop_reason
+
+        assert await say("hello") == "end_turn"
+        store.fail_next = True  # the write of the search result fails
+        await say(tool_line("search_notes", {"query": "payroll salary"}))
+        assert not store.fail_next
+        assert await say("hello again") == "end_turn"
+        assert (
+            stored_memory(db, session_id)[1] == []
+        )  # a whole snapshot, standing for the lost record too
+    finally:
+        await store.close()
+
+    # A new process reads it back: what the failed write carried is not lost (fail closed).
+    async with default_policy_server(tmp_path) as after:
+        stopped = await turn(after, session_id, email_to_a_friend(SALARY))
+        assert "tool_use" not in json.dumps(stopped["messages"])
