@@ -19,7 +19,9 @@ hex-encoded) and the placeholders handed out. Texts are never kept whole:
   (`<EMAIL>`): nothing leaks, only `modify.restore` no longer applies to it.
 
 So a session's memory (and its stored export) stays under about `MAX_SESSION_BYTES`, and a
-step's cost does not grow with the session's past. Caches are kept per `POST /aos` caller
+step's cost does not grow with the session's past: what a step changed is exported as a small
+record appended to the session's stored log, folded into a whole record now and then
+(`SessionFacts.export`, `MIN_LOG_BYTES`). Caches are kept per `POST /aos` caller
 (see `FactsCache`), so no caller can push out another's state.
 """
 
