@@ -262,6 +262,20 @@ def fold_accents(text: str) -> str:
     return _ACCENTED_RUN.sub(lambda m: m.group().translate(_BASE_LETTERS), text)
 
 
+def fold_pattern(pattern: str) -> str:
+    """A detector's own pattern written as the normalised view reads text: each character
+    folded as `_fold` does (compatibility forms, dropped marks) and accents folded. Leaves
+    regex syntax (ASCII) alone."""
+    return fold_accents("".join(_fold(ch) if not ch.isascii() else ch for ch in pattern))
+
+
+def fold_words(words: str) -> str:
+    """A detector's list of words (no regex syntax) as the normalised view reads them:
+    `fold_pattern`, and look-alikes folded in words that mix them with Latin letters (the
+    Turkish dotless i is read as `i`)."""
+    return _fold_mixed_words(fold_pattern(words))
+
+
 # Characters already folded (bounded: past it, folding is recomputed).
 _FOLD_CACHE_SIZE = 65_536
 _FOLDED: dict[str, str] = {}
