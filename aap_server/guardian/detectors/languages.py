@@ -70,7 +70,7 @@ class Lexicon:
     reveal: str
     hidden: str  # what makes instructions the reader's own: system, your, hidden, initial
     ai: str
-    owner: str  # words before an AI word that make it a person's assistant
+    owner: str  # words around an AI word that make it a person's assistant
     modal: str
     act: str
     framing: str  # a regex (folded): whole framing phrases
@@ -156,9 +156,8 @@ def _rules(c: _Compiled, kind: Kind, clause: str) -> list[tuple[int, int]]:
         if ai is None or part["modal"].search(clause) is None:
             return out
         act = part["act"].search(clause)
-        if act is not None and not part["owner"].search(
-            clause, max(0, ai.start() - 14), ai.start()
-        ):
+        owned = part["owner"].search(clause, max(0, ai.start() - 14), ai.end() + 18)
+        if act is not None and owned is None:
             span = (min(ai.start(), act.start()), max(ai.end(), act.end()))
             if not _negated(c, clause, *span):
                 out.append(span)
@@ -264,7 +263,8 @@ LEXICONS = (
         hidden="",
         ai="ai assistant chatbot llm gpt chatgpt claude copilot language_model",
         owner="my your our his her their executive personal administrative teaching research"
-        " lab medical dental legal store shop sales office",
+        " lab medical dental legal store shop sales office manager* professor* director* coach*"
+        " editor*",
         modal="must should shall has_to have_to needs_to need_to is_required_to are_required_to"
         " is_instructed_to",
         act="send* forward* transfer* e-mail* email* upload* post* share* wire* pay* delete*"
@@ -283,7 +283,7 @@ LEXICONS = (
         reveal="revela* muestra* muéstra* dime di repite* imprime* escribe* enseña*",
         hidden="sistema tus tu ocult* inicial* original* secret*",
         ai="asistente ia modelo chatbot agente",
-        owner="mi tu su nuestro nuestra",
+        owner="mi tu su nuestro nuestra de_dirección administrativ* personal ejecutiv*",
         modal="debe deben debes tiene_que tienes_que necesita* ha_de",
         act="envi* enví* reenví* reenvi* transfier* transferir* comparte* compartir* sube* subir*"
         " publica* borra* borrar* elimina* paga* pagar*",
@@ -302,7 +302,8 @@ LEXICONS = (
         reveal="révèle* revele* montre* affiche* donne-moi dis-moi répète* repete* écris* recopie*",
         hidden="système systeme tes vos ton votre caché* initial* origin* secret*",
         ai="assistant ia modèle chatbot agent",
-        owner="mon ma ton ta votre notre son sa leur",
+        owner="mon ma ton ta votre notre son sa leur de_direction administrati* commercial*"
+        " parlementaire*",
         modal="doit doivent dois devez devra il_faut",
         act="envoi* envoy* transfèr* transfér* transmet* transmettre partage* téléverse*"
         " télécharge* publie* supprime* efface* paie* payer* vire*",
@@ -323,7 +324,7 @@ LEXICONS = (
         reveal="zeig* verrat* nenn* wiederhol* gib_mir gib* schreib*",
         hidden="system* deine deinen ihre ihren versteckt* geheim* ursprünglich* initial*",
         ai="assistent ki modell chatbot agent sprachmodell",
-        owner="mein meine dein ihr unser sein",
+        owner="mein meine dein ihr unser sein der_geschäftsführung der_leitung",
         modal="musst muss müssen müsst sollst soll sollen hast_zu",
         act="send* schick* weiterleit* leite* überweis* teil* lad* hochlad* lösch* poste*"
         " veröffentlich*",
@@ -343,7 +344,7 @@ LEXICONS = (
         reveal="revel* mostr* diga* diz* repit* imprim* escrev*",
         hidden="sistema suas tuas sua tua ocult* inicia* original* secret*",
         ai="assistente ia modelo chatbot agente",
-        owner="meu minha seu sua nosso nossa",
+        owner="meu minha seu sua nosso nossa administrativ* de_direção executiv*",
         modal="deve devem tem_que precisa*",
         act="envi* encaminh* transfir* compartilh* public* apag* exclu* pag*",
         framing=r"mensagem importante|instrucoes importantes|antes de (?:continuar|responder"
@@ -361,7 +362,7 @@ LEXICONS = (
         reveal="rivela* mostra* dimmi ripeti* stampa* scrivi*",
         hidden="sistema tue tuo sue nascost* inizial* original* segret*",
         ai="assistente ia modello chatbot agente",
-        owner="mio mia tuo tua suo sua nostro nostra",
+        owner="mio mia tuo tua suo sua nostro nostra di_direzione amministrativ*",
         modal="deve devono devi",
         act="invia* inoltra* trasferisci* condividi* carica* pubblica* elimina* cancella* paga*",
         framing=r"messaggio importante|istruzioni importanti|prima di (?:continuare|rispondere"
