@@ -93,21 +93,42 @@ _PARTS = (
     *("ignore", "instructions", "previous", "negation", "reveal", "hidden", "ai", "owner"),
     *("modal", "act"),
 )
-# What an anchor starts: the override and reveal rules (an instructions noun), the orders for
-# the AI (an AI word), the framing phrases.
-Kind = str
-_KINDS: tuple[tuple[Kind, str], ...] = (
-    ("instructions", "instructions"),
-    ("ai", "ai"),
-    ("framing", "frame_anchors"),
+# The parts whose words anchor a clause (qualifiers and modals too: in "Ignorez toutes les
+# instructions" only `toutes` is not also an English word).
+_ANCHOR_PARTS = (
+    "ignore",
+    "instructions",
+    "previous",
+    "reveal",
+    "hidden",
+    "ai",
+    "modal",
+    "frame_anchors",
 )
+# Common English words (and the English words other languages borrow: prompt, assistant,
+# model). A Latin-script language's word that is one of these (or, a stem, begins one) is no
+# anchor for it: English text would have every such language look at its clauses.
+_ENGLISH_TEXT = """a about above after again against all also am an and any are as at be because
+    been before being below between both but by can could did do does doing down during each few
+    for from further had has have having he her here hers him his how i if in into is it its
+    just me more most my no nor not now of off on once only or other our out over own same
+    she should so some such than that the their them then there these they this those through
+    to too under until up very was we were what when where which while who whom why will with
+    would you your yours instruction instructions prompt prompts assistant assistants agent
+    agents model models chatbot ai system systems original initial directive directives rule
+    rules secret important message note ignore ignored forget send show reveal instead admin
+    manager professor program regular statement"""
+_ENGLISH = frozenset(_ENGLISH_TEXT.split())
 
 
 @dataclass(frozen=True)
 class _Anchor:
     text: str  # folded, lower-case, `_` as a space
     stem: bool  # may be followed by more letters
-    kind: Kind
+
+
+def _english(word: str, stem: bool) -> bool:
+    return any(w == word or (stem and w.startswith(word)) for w in _ENGLISH)
 
 
 class _Compiled:
@@ -122,10 +143,16 @@ class _Compiled:
         }
         self.framing = re.compile(fold_pattern(lex.framing))
         anchors: dict[str, _Anchor] = {}
-        for kind, field in _KINDS:
+        # English has its own detectors for the rest; here only its orders for the AI, which
+        # need an AI word ("should" and "must" would make every English clause a candidate).
+        for field in ("ai",) if lex.name == "en" else _ANCHOR_PARTS:
             for word in fold_words(getattr(lex, field)).split():
                 text = word.rstrip("*").replace("_", " ")
-                anchors.setdefault(text, _Anchor(text, word.endswith("*"), kind))
+                # A stem shorter than the prefilter's four-letter key anchors as a whole word.
+                runs = _letter_runs(text) if self.latin else [b"...."]
+                stem = word.endswith("*") and (len(runs) > 1 or len(runs[0]) >= 4)
+                if lex.name == "en" or not self.latin or not _english(text, stem):
+                    anchors.setdefault(text, _Anchor(text, stem))
         self.anchors = tuple(anchors.values())
 
 
@@ -136,35 +163,29 @@ def _negated(c: _Compiled, clause: str, start: int, end: int) -> bool:
     return negation.search(clause, max(0, start - 16), min(len(clause), end + 8)) is not None
 
 
-def _rules(c: _Compiled, kind: Kind, clause: str) -> list[tuple[int, int]]:
-    """Spans (in `clause`) of the attacks `c`'s parts make in this clause, for the rules an
-    anchor of `kind` starts."""
+def _rules(c: _Compiled, clause: str) -> list[tuple[int, int]]:
+    """Spans (in `clause`) of the attacks `c`'s parts make in this clause."""
     part = c.part
     out: list[tuple[int, int]] = []
-    if kind == "instructions":
-        noun = part["instructions"].search(clause)
-        if noun is None:
-            return out
+    noun = part["instructions"].search(clause)
+    if noun is not None:
         for verb_part, qualifier_part in (("ignore", "previous"), ("reveal", "hidden")):
             verb = part[verb_part].search(clause)
             if verb is not None and part[qualifier_part].search(clause):
                 span = (min(verb.start(), noun.start()), max(verb.end(), noun.end()))
                 if not _negated(c, clause, *span):
                     out.append(span)
-    elif kind == "ai":
-        ai = part["ai"].search(clause)
-        if ai is None or part["modal"].search(clause) is None:
-            return out
+    ai = part["ai"].search(clause)
+    if ai is not None and part["modal"].search(clause) is not None:
         act = part["act"].search(clause)
         owned = part["owner"].search(clause, max(0, ai.start() - 14), ai.end() + 18)
         if act is not None and owned is None:
             span = (min(ai.start(), act.start()), max(ai.end(), act.end()))
             if not _negated(c, clause, *span):
                 out.append(span)
-    else:
-        frame = c.framing.search(clause)
-        if frame is not None:
-            out.append(frame.span())
+    frame = c.framing.search(clause)
+    if frame is not None:
+        out.append(frame.span())
     return out
 
 
@@ -186,14 +207,11 @@ def _scripts(lower: str) -> set[str]:
 
 
 def _latin_anchors(words: set[bytes]) -> set[tuple[int, _Anchor]]:
-    """(lexicon index, anchor) of the Latin-script anchors that begin one of `words` (a
-    stem) or are one of them (a whole word; the first word of a phrase)."""
-    present: set[tuple[int, _Anchor]] = set()
-    for word in words:
-        for first, index, anchor in _LATIN_BY_PREFIX.get(word[:2], ()):
-            if word == first or (word.startswith(first) and (anchor.stem or " " in anchor.text)):
-                present.add((index, anchor))
-    return present
+    """(lexicon index, anchor) of the Latin-script anchors that may stand in a text with these
+    `words`: those whose first four letters (the whole word, if shorter) begin one of them. A
+    set comprehension and an intersection (C speed), a superset `_positions` then narrows."""
+    keys = {word[:4] for word in words} & _LATIN_KEYS
+    return {entry for key in keys for entry in _LATIN_BY_KEY[key]}
 
 
 def _positions(lower: str, anchor: _Anchor, latin: bool) -> list[int]:
@@ -226,19 +244,14 @@ def scan_languages(lower: str, words: set[bytes]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for index, anchors in todo.items():
         c = _COMPILED[index]
-        hits = sorted(
-            (at, kind)
-            for anchor in anchors
-            for kind in (anchor.kind,)
-            for at in _positions(lower, anchor, c.latin)
-        )
-        done: dict[Kind, int] = {}
-        for at, kind in hits:
-            if at < done.get(kind, -1):
+        hits = sorted(at for anchor in anchors for at in _positions(lower, anchor, c.latin))
+        done = -1
+        for at in hits:
+            if at < done:
                 continue
             start, end = _clause(lower, at)
-            done[kind] = end
-            out += [(start + a, start + b) for a, b in _rules(c, kind, lower[start:end])]
+            done = end
+            out += [(start + a, start + b) for a, b in _rules(c, lower[start:end])]
     return out
 
 
@@ -248,7 +261,11 @@ _NON_LETTERS_TO_SPACE = bytes.maketrans(_ASCII_NON_LETTERS, b" " * len(_ASCII_NO
 
 def ascii_words(lower: str) -> set[bytes]:
     """The runs of ASCII letters in the text (other characters split words)."""
-    return set(lower.encode("ascii", "replace").translate(_NON_LETTERS_TO_SPACE).split())
+    return set(_letter_runs(lower))
+
+
+def _letter_runs(lower: str) -> list[bytes]:
+    return lower.encode("ascii", "replace").translate(_NON_LETTERS_TO_SPACE).split()
 
 
 LEXICONS = (
@@ -563,9 +580,11 @@ LEXICONS = (
     ),
 )
 _COMPILED = tuple(_Compiled(lex) for lex in LEXICONS)
-_LATIN_BY_PREFIX: dict[bytes, list[tuple[bytes, int, _Anchor]]] = {}
+_LATIN_BY_KEY: dict[bytes, list[tuple[int, _Anchor]]] = {}
 for _index, _c in enumerate(_COMPILED):
     if _c.latin:
         for _anchor in _c.anchors:
-            _first = _anchor.text.split(" ", 1)[0].encode("ascii", "replace")
-            _LATIN_BY_PREFIX.setdefault(_first[:2], []).append((_first, _index, _anchor))
+            # The first run of letters, as `ascii_words` splits the text (`dis-moi`: `dis`).
+            _first = _letter_runs(_anchor.text)[0]
+            _LATIN_BY_KEY.setdefault(_first[:4], []).append((_index, _anchor))
+_LATIN_KEYS = frozenset(_LATIN_BY_KEY)
