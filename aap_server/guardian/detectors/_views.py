@@ -212,18 +212,11 @@ _CONFUSABLES = {
 _CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
 _CONFUSABLE = re.compile("[" + "".join(_CONFUSABLES) + "]")
 _RUNS = re.compile(f"([{_DROPPED}]+)|[^\x00-\x7f{_DROPPED}]+")
-# A run of look-alikes next to an ASCII word character (each run tried once: at its start, or
-# right after the ASCII character).
-_CONFUSABLE_CLASS = _CONFUSABLE.pattern
-_MIXED_RUN = re.compile(
-    f"(?<=[0-9A-Za-z_]){_CONFUSABLE_CLASS}+|(?<!{_CONFUSABLE_CLASS}){_CONFUSABLE_CLASS}++"
-    "(?=[0-9A-Za-z_])"
-)
-_ASCII_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_WORD_REST = re.compile(r"\w*")
+_ASCII_WORD_RUN = re.compile("[0-9A-Za-z_]+")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
 _DROPPED_ONE = re.compile(f"[{_DROPPED}]")
+_DROPPED_RUN = re.compile(f"[{_DROPPED}]+")
 _SPACE_CODES = (
     *(0xA0, 0x115F, 0x1160, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F),
     *(0x2800, 0x3000, 0x3164, 0xFFA0),
@@ -318,8 +311,11 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
         plain = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), plain)
     changed = plain is not text
     offsets = OffsetMap()
-    if _DROPPED_ONE.search(plain) or not unicodedata.is_normalized("NFKC", plain):
+    if not unicodedata.is_normalized("NFKC", plain):
         plain = _fold_runs(plain, offsets)
+        changed = True
+    elif _DROPPED_ONE.search(plain):
+        plain = _drop(plain, offsets)
         changed = True
     if _ACCENTED_RUN.search(plain):
         plain = fold_accents(plain)
@@ -334,30 +330,44 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
 
 def _fold_mixed_words(text: str) -> str:
     """Look-alikes folded to Latin in the words that mix them with ASCII letters or digits.
-    Such a word has a look-alike next to an ASCII word character (if all its other letters
-    are look-alikes), so only those places are looked at, and each word once."""
+    Such a word has an ASCII run next to a look-alike, so only the ASCII runs are looked at
+    (a regex with the look-alikes' class is slow on the other scripts' text), and each word
+    once (at most `_MAX_FOLDED_WORD` characters each side of the run)."""
     pieces: list[str] = []
     last = 0
     size = len(text)
-    for m in _MIXED_RUN.finditer(text):
-        if m.start() < last:
-            continue
-        before, after = m.start() - 1, m.end()
-        if not (
-            (before >= 0 and text[before] in _ASCII_WORD)
-            or (after < size and text[after] in _ASCII_WORD)
+    for m in _ASCII_WORD_RUN.finditer(text):
+        start, end = m.span()
+        if start < last or not (
+            (start > 0 and text[start - 1] in _CONFUSABLES)
+            or (end < size and text[end] in _CONFUSABLES)
         ):
             continue
-        start = m.start()
-        low = max(last, start - _MAX_FOLDED_WORD)
+        low, high = max(last, start - _MAX_FOLDED_WORD), min(size, end + _MAX_FOLDED_WORD)
         while start > low and (text[start - 1].isalnum() or text[start - 1] == "_"):
             start -= 1
-        end = _WORD_REST.match(text, m.start()).end()  # type: ignore[union-attr]
+        while end < high and (text[end].isalnum() or text[end] == "_"):
+            end += 1
         pieces += [text[last:start], text[start:end].translate(_CONFUSABLE_TABLE)]
         last = end
     if not pieces:
         return text
     return "".join(pieces) + text[last:]
+
+
+def _drop(text: str, offsets: OffsetMap) -> str:
+    """`text` (already NFKC) with the invisible characters and marks dropped: Python work per
+    dropped run only (Arabic text with its vowel marks has one every few words)."""
+    pieces: list[str] = []
+    length = last = 0
+    for m in _DROPPED_RUN.finditer(text):
+        start, end = m.span()
+        pieces.append(text[last:start])
+        length += start - last
+        offsets.mark(length, end)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _fold_runs(text: str, offsets: OffsetMap) -> str:

@@ -75,6 +75,7 @@ class Lexicon:
     act: str
     framing: str  # a regex (folded): whole framing phrases
     frame_anchors: str
+    function_words: str = ""  # common words of the language that are no English words
 
 
 def _alternation(spec: str, latin: bool) -> str:
@@ -93,21 +94,14 @@ _PARTS = (
     *("ignore", "instructions", "previous", "negation", "reveal", "hidden", "ai", "owner"),
     *("modal", "act"),
 )
-# The parts whose words anchor a clause (qualifiers and modals too: in "Ignorez toutes les
-# instructions" only `toutes` is not also an English word).
-_ANCHOR_PARTS = (
-    "ignore",
-    "instructions",
-    "previous",
-    "reveal",
-    "hidden",
-    "ai",
-    "modal",
-    "frame_anchors",
-)
+# The parts whose words anchor a clause (not qualifiers and modals: "all", "must" are in every
+# other clause).
+_ANCHOR_PARTS = ("ignore", "instructions", "reveal", "ai", "frame_anchors")
+# Every part, and a language's own function words, tell that a text may be in that language.
+_EVIDENCE_PARTS = (*_PARTS, "frame_anchors", "function_words")
 # Common English words (and the English words other languages borrow: prompt, assistant,
 # model). A Latin-script language's word that is one of these (or, a stem, begins one) is no
-# anchor for it: English text would have every such language look at its clauses.
+# evidence of that language: English text would have every such language look at its clauses.
 _ENGLISH_TEXT = """a about above after again against all also am an and any are as at be because
     been before being below between both but by can could did do does doing down during each few
     for from further had has have having he her here hers him his how i if in into is it its
@@ -117,7 +111,8 @@ _ENGLISH_TEXT = """a about above after again against all also am an and any are 
     would you your yours instruction instructions prompt prompts assistant assistants agent
     agents model models chatbot ai system systems original initial directive directives rule
     rules secret important message note ignore ignored forget send show reveal instead admin
-    manager professor program regular statement"""
+    manager professor program regular statement post share transfer upload delete pay wire
+    remove leak email mail sue die men son pin"""
 _ENGLISH = frozenset(_ENGLISH_TEXT.split())
 
 
@@ -131,8 +126,24 @@ def _english(word: str, stem: bool) -> bool:
     return any(w == word or (stem and w.startswith(word)) for w in _ENGLISH)
 
 
+def _words_of(lex: Lexicon, fields: tuple[str, ...]) -> list[tuple[str, bool]]:
+    """(word, stem) of the given parts of `lex`, folded; `_` as a space."""
+    out = []
+    for field in fields:
+        for word in fold_words(getattr(lex, field)).split():
+            out.append((word.rstrip("*").replace("_", " "), word.endswith("*")))
+    return out
+
+
+def _key(text: str) -> bytes:
+    """The prefilter's key of a Latin-script word or phrase: the first four letters of its
+    first run of letters (as `ascii_words` splits the text: `dis-moi` is `dis`)."""
+    return _letter_runs(text)[0][:4]
+
+
 class _Compiled:
-    """A lexicon's parts compiled, and its anchors (the literal words found with `find`)."""
+    """A lexicon's parts compiled, its anchors (the literal words found with `find`) and, for
+    a Latin-script language, the keys of its words that are no English words (evidence)."""
 
     def __init__(self, lex: Lexicon) -> None:
         self.name = lex.name
@@ -143,17 +154,20 @@ class _Compiled:
         }
         self.framing = re.compile(fold_pattern(lex.framing))
         anchors: dict[str, _Anchor] = {}
-        # English has its own detectors for the rest; here only its orders for the AI, which
-        # need an AI word ("should" and "must" would make every English clause a candidate).
-        for field in ("ai",) if lex.name == "en" else _ANCHOR_PARTS:
-            for word in fold_words(getattr(lex, field)).split():
-                text = word.rstrip("*").replace("_", " ")
-                # A stem shorter than the prefilter's four-letter key anchors as a whole word.
-                runs = _letter_runs(text) if self.latin else [b"...."]
-                stem = word.endswith("*") and (len(runs) > 1 or len(runs[0]) >= 4)
-                if lex.name == "en" or not self.latin or not _english(text, stem):
-                    anchors.setdefault(text, _Anchor(text, stem))
+        # English has its own detectors for the rest; here only its orders for the AI.
+        for text, stem in _words_of(lex, ("ai",) if lex.name == "en" else _ANCHOR_PARTS):
+            # A stem shorter than the prefilter's four-letter key anchors as a whole word.
+            if self.latin and len(_letter_runs(text)) == 1 and len(text) < 4:
+                stem = False
+            anchors.setdefault(text, _Anchor(text, stem))
         self.anchors = tuple(anchors.values())
+        # Other scripts: all anchors in one pass (one `find` per anchor is slow on such text).
+        self.anchor_pattern = re.compile("|".join(re.escape(a.text) for a in self.anchors))
+        self.evidence = frozenset(
+            _key(text)
+            for text, stem in _words_of(lex, _EVIDENCE_PARTS)
+            if self.latin and lex.name != "en" and not _english(text, stem)
+        )
 
 
 def _negated(c: _Compiled, clause: str, start: int, end: int) -> bool:
@@ -206,12 +220,11 @@ def _scripts(lower: str) -> set[str]:
     return {name for name, code in _SCRIPT_CODES.items() if code in leads}
 
 
-def _latin_anchors(words: set[bytes]) -> set[tuple[int, _Anchor]]:
-    """(lexicon index, anchor) of the Latin-script anchors that may stand in a text with these
-    `words`: those whose first four letters (the whole word, if shorter) begin one of them. A
-    set comprehension and an intersection (C speed), a superset `_positions` then narrows."""
-    keys = {word[:4] for word in words} & _LATIN_KEYS
-    return {entry for key in keys for entry in _LATIN_BY_KEY[key]}
+def _latin_anchors(keys: set[bytes]) -> set[tuple[int, _Anchor]]:
+    """(lexicon index, anchor) of the Latin-script anchors that may stand in a text whose words
+    begin with these `keys` (first four letters, the whole word if shorter): an intersection
+    (C speed) giving a superset that `_positions` then narrows."""
+    return {entry for key in keys & _LATIN_KEYS for entry in _LATIN_BY_KEY[key]}
 
 
 def _positions(lower: str, anchor: _Anchor, latin: bool) -> list[int]:
@@ -234,8 +247,11 @@ def scan_languages(lower: str, words: set[bytes]) -> list[tuple[int, int]]:
     """Spans in `lower` (the normalised, lower-cased text) of the attacks the lexicons know.
     `words`: the text's runs of ASCII letters (as bytes), the Latin-script gate."""
     todo: dict[int, list[_Anchor]] = {}
-    for index, anchor in _latin_anchors(words):
-        todo.setdefault(index, []).append(anchor)
+    keys = {word[:4] for word in words}
+    for index, anchor in _latin_anchors(keys):
+        c = _COMPILED[index]
+        if c.name == "en" or not keys.isdisjoint(c.evidence):
+            todo.setdefault(index, []).append(anchor)
     if not lower.isascii():
         scripts = _scripts(lower)
         for index, c in enumerate(_COMPILED):
@@ -244,7 +260,10 @@ def scan_languages(lower: str, words: set[bytes]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for index, anchors in todo.items():
         c = _COMPILED[index]
-        hits = sorted(at for anchor in anchors for at in _positions(lower, anchor, c.latin))
+        if c.latin:
+            hits = sorted(at for anchor in anchors for at in _positions(lower, anchor, True))
+        else:
+            hits = [m.start() for m in c.anchor_pattern.finditer(lower)]
         done = -1
         for at in hits:
             if at < done:
@@ -308,6 +327,8 @@ LEXICONS = (
         r"|contestar|seguir|proceder|resumir|completar|hacer (?:esto|eso|nada|cualquier))"
         r"|en (?:lugar|vez) de (?:responder|hacer|completar|resolver) (?:la|tu)",
         frame_anchors="mensaje instrucciones antes lugar vez",
+        function_words="el los las del que por para con una es está y muy pero como este esta"
+        " hola gracias",
     ),
     Lexicon(
         name="fr",
@@ -328,6 +349,8 @@ LEXICONS = (
         r"|repondre|poursuivre|proceder|commencer|resumer|faire quoi que ce soit|accomplir"
         r"|executer)|au lieu de (?:repondre|faire|traiter|realiser)",
         frame_anchors="message instructions avant lieu",
+        function_words="le les des du et est une pour dans que qui ne pas vous tu je nous avec"
+        " sur mais merci",
     ),
     Lexicon(
         name="de",
@@ -349,6 +372,8 @@ LEXICONS = (
         r"(?:antwortest|antworten|fortfahrst|fortfahren|weitermachst|weitermachen|beginnst"
         r"|zusammenfasst|loslegst)|(?:an)?statt (?:die|deine|ihre) (?:aufgabe|frage)",
         frame_anchors="wichtige bevor statt anstatt",
+        function_words="der das und ist nicht mit sie ich du den dem ein eine zu auf bitte"
+        " danke auch",
     ),
     Lexicon(
         name="pt",
@@ -368,6 +393,7 @@ LEXICONS = (
         r"|prosseguir|seguir|resumir|completar|fazer qualquer)|em vez de (?:responder|fazer"
         r"|completar)",
         frame_anchors="mensagem instruções antes vez",
+        function_words="os um uma que não com para do da dos das em é você obrigado",
     ),
     Lexicon(
         name="it",
@@ -385,6 +411,7 @@ LEXICONS = (
         framing=r"messaggio importante|istruzioni importanti|prima di (?:continuare|rispondere"
         r"|procedere|proseguire|riassumere)|invece di (?:rispondere|svolgere|completare)",
         frame_anchors="messaggio istruzioni prima invece",
+        function_words="il gli di che è non per con una sono della del anche grazie",
     ),
     Lexicon(
         name="nl",
@@ -402,6 +429,7 @@ LEXICONS = (
         framing=r"belangrijk bericht|belangrijke (?:mededeling|instructie)|voordat (?:je|u)"
         r" (?:\w+ )?(?:verdergaat|doorgaat|antwoordt|begint|samenvat)",
         frame_anchors="belangrijk belangrijke voordat",
+        function_words="het een en van ik je niet dat zijn voor met ook bedankt",
     ),
     Lexicon(
         name="pl",
@@ -420,6 +448,7 @@ LEXICONS = (
         framing=r"wazna wiadomosc|wazne instrukcje|zanim (?:odpowiesz|kontynuujesz|przejdziesz"
         r"|zaczniesz)",
         frame_anchors="ważna ważne zanim",
+        function_words="się nie jest że jak dla czy tak dzięki",
     ),
     Lexicon(
         name="tr",
@@ -438,6 +467,7 @@ LEXICONS = (
         framing=r"onemli (?:mesaj|not|talimat)|(?:devam etmeden|yanit vermeden|cevap vermeden"
         r"|cevaplamadan|yanitlamadan) once",
         frame_anchors="önemli devam yanıt cevap cevaplamadan yanıtlamadan",
+        function_words="ve bir bu için ile değil çok ama lütfen",
     ),
     Lexicon(
         name="id",
@@ -455,6 +485,7 @@ LEXICONS = (
         framing=r"pesan penting|instruksi penting|sebelum (?:anda |kamu )?(?:melanjutkan"
         r"|menjawab|membalas|memulai)",
         frame_anchors="pesan instruksi sebelum",
+        function_words="dan yang ke dari ini itu untuk dengan tidak saya anda kamu",
     ),
     Lexicon(
         name="vi",
@@ -472,6 +503,7 @@ LEXICONS = (
         framing=r"thong diep quan trong|tin nhan quan trong|truoc khi (?:ban )?(?:tiep tuc"
         r"|tra loi)",
         frame_anchors="thông tin trước",
+        function_words="và của là có các những cho không tôi bạn",
     ),
     Lexicon(
         name="ru",
@@ -584,7 +616,5 @@ _LATIN_BY_KEY: dict[bytes, list[tuple[int, _Anchor]]] = {}
 for _index, _c in enumerate(_COMPILED):
     if _c.latin:
         for _anchor in _c.anchors:
-            # The first run of letters, as `ascii_words` splits the text (`dis-moi`: `dis`).
-            _first = _letter_runs(_anchor.text)[0]
-            _LATIN_BY_KEY.setdefault(_first[:4], []).append((_index, _anchor))
+            _LATIN_BY_KEY.setdefault(_key(_anchor.text), []).append((_index, _anchor))
 _LATIN_KEYS = frozenset(_LATIN_BY_KEY)

@@ -5,7 +5,8 @@ ASCII letter.
     pip install confusable-homoglyphs==3.3.1   # ships confusables.txt as JSON
     python -m tests.guardian.detectors.make_confusables
 
-Kept: single letters (category L*) that NFKC leaves alone (NFKC already folds full-width,
+Kept: single letters (category L*) of the Basic Multilingual Plane that NFKC leaves alone
+(NFKC already folds full-width,
 mathematical and other compatibility forms) and that look like exactly one ASCII letter. An
 upper-case letter whose prototype is `l` is mapped to `I` (Greek Iota, Cyrillic I, Cherokee
 and Lisu capitals look like `I`; the data maps capital I itself to `l`).
@@ -32,6 +33,11 @@ def pairs() -> dict[str, str]:
         for glyph in glyphs:
             c = glyph["c"]
             if len(c) != 1 or c.isascii() or not unicodedata.category(c).startswith("L"):
+                continue
+            if ord(c) > 0xFFFF:
+                # Historic scripts (Deseret, Carian, Warang Citi, ...): one astral character in
+                # the class makes Python's regex test every character against a list, ~50x
+                # slower on all non-ASCII text.
                 continue
             if unicodedata.normalize("NFKC", c) != c:
                 continue

@@ -87,7 +87,7 @@ def test_the_latin_prefilter_finds_every_anchor_the_text_holds() -> None:
             rng.choice(pieces) + rng.choice(["", "s", "es", "'", ".", ","]) for _ in range(30)
         )
         lower = TextViews(text).normal.lower
-        picked = languages._latin_anchors(languages.ascii_words(lower))
+        picked = languages._latin_anchors({w[:4] for w in languages.ascii_words(lower)})
         for index, c in latin:
             for anchor in c.anchors:
                 if languages._positions(lower, anchor, True):
