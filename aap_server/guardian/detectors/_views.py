@@ -266,7 +266,8 @@ def fold_words(words: str) -> str:
     """A detector's list of words (no regex syntax) as the normalised view reads them:
     `fold_pattern`, and look-alikes folded in words that mix them with Latin letters (the
     Turkish dotless i is read as `i`)."""
-    return _fold_mixed_words(fold_pattern(words))
+    # `_` joins the words of a phrase: a separator here, not a Latin letter next to Cyrillic.
+    return _fold_mixed_words(fold_pattern(words).replace("_", "\x00")).replace("\x00", "_")
 
 
 # Characters already folded (bounded: past it, folding is recomputed).

@@ -170,11 +170,21 @@ class _Compiled:
         )
 
 
-def _negated(c: _Compiled, clause: str, start: int, end: int) -> bool:
-    """A negation just before the span or right after it (German `... nicht`, Japanese
-    `無視しないで`)."""
-    negation = c.part["negation"]
-    return negation.search(clause, max(0, start - 16), min(len(clause), end + 8)) is not None
+def _negated(c: _Compiled, clause: str, span: tuple[int, int], verb: re.Match[str]) -> bool:
+    """A negation just before the span or in it or right after it (German `... nicht`,
+    Japanese `無視しないで`), but not inside the verb (`не обращай внимания` is one)."""
+    negation, (start, end) = c.part["negation"], span
+    before = negation.search(clause, max(0, start - 16), verb.start())
+    return before is not None or negation.search(clause, verb.end(), end + 8) is not None
+
+
+# A job title, not the AI: "assistant de direction", "asistente de ventas" (but "assistente
+# de IA" is the AI).
+_JOB_TITLE = re.compile(r"\s+(?:de|di|da|do|du|der|des|del|della)\s+(?!ia\b|ai\b|ki\b|l'ia\b)\w")
+# A framing phrase stands at its clause's start, or is set off by a comma or colon
+# ("Antes de responder, ..."; not "revisa el contrato antes de responder al cliente").
+_SET_OFF = re.compile(r"\s*[,:;，：、]")
+_CLAUSE_START = re.compile(r"[\s\"'«»“”„()\[\]*#>\-]*")
 
 
 def _rules(c: _Compiled, clause: str) -> list[tuple[int, int]]:
@@ -187,18 +197,23 @@ def _rules(c: _Compiled, clause: str) -> list[tuple[int, int]]:
             verb = part[verb_part].search(clause)
             if verb is not None and part[qualifier_part].search(clause):
                 span = (min(verb.start(), noun.start()), max(verb.end(), noun.end()))
-                if not _negated(c, clause, *span):
+                if not _negated(c, clause, span, verb):
                     out.append(span)
     ai = part["ai"].search(clause)
     if ai is not None and part["modal"].search(clause) is not None:
         act = part["act"].search(clause)
         owned = part["owner"].search(clause, max(0, ai.start() - 14), ai.end() + 18)
+        if c.latin and owned is None:
+            owned = _JOB_TITLE.match(clause, ai.end())
         if act is not None and owned is None:
             span = (min(ai.start(), act.start()), max(ai.end(), act.end()))
-            if not _negated(c, clause, *span):
+            if not _negated(c, clause, span, act):
                 out.append(span)
     frame = c.framing.search(clause)
-    if frame is not None:
+    if frame is not None and (
+        _CLAUSE_START.match(clause).end() >= frame.start()  # type: ignore[union-attr]
+        or _SET_OFF.match(clause, frame.end())
+    ):
         out.append(frame.span())
     return out
 
@@ -318,7 +333,7 @@ LEXICONS = (
         negation="no nunca jamás",
         reveal="revela* muestra* muéstra* dime di repite* imprime* escribe* enseña*",
         hidden="sistema tus tu ocult* inicial* original* secret*",
-        ai="asistente ia modelo chatbot agente",
+        ai="asistente ia chatbot modelo_de_lenguaje",
         owner="mi tu su nuestro nuestra de_dirección administrativ* personal ejecutiv*",
         modal="debe deben debes tiene_que tienes_que necesita* ha_de",
         act="envi* enví* reenví* reenvi* transfier* transferir* comparte* compartir* sube* subir*"
@@ -339,7 +354,7 @@ LEXICONS = (
         negation="ne n' n’ pas jamais",
         reveal="révèle* revele* montre* affiche* donne-moi dis-moi répète* repete* écris* recopie*",
         hidden="système systeme tes vos ton votre caché* initial* origin* secret*",
-        ai="assistant ia modèle chatbot agent",
+        ai="assistant ia chatbot modèle_de_langage",
         owner="mon ma ton ta votre notre son sa leur de_direction administrati* commercial*"
         " parlementaire*",
         modal="doit doivent dois devez devra il_faut",
@@ -363,7 +378,7 @@ LEXICONS = (
         negation="nicht nie kein* niemals",
         reveal="zeig* verrat* nenn* wiederhol* gib_mir gib* schreib*",
         hidden="system* deine deinen ihre ihren versteckt* geheim* ursprünglich* initial*",
-        ai="assistent ki modell chatbot agent sprachmodell",
+        ai="assistent ki chatbot sprachmodell ki-assistent",
         owner="mein meine dein ihr unser sein der_geschäftsführung der_leitung",
         modal="musst muss müssen müsst sollst soll sollen hast_zu",
         act="send* schick* weiterleit* leite* überweis* teil* lad* hochlad* lösch* poste*"
@@ -385,7 +400,7 @@ LEXICONS = (
         negation="não nao nunca jamais",
         reveal="revel* mostr* diga* diz* repit* imprim* escrev*",
         hidden="sistema suas tuas sua tua ocult* inicia* original* secret*",
-        ai="assistente ia modelo chatbot agente",
+        ai="assistente ia chatbot modelo_de_linguagem",
         owner="meu minha seu sua nosso nossa administrativ* de_direção executiv*",
         modal="deve devem tem_que precisa*",
         act="envi* encaminh* transfir* compartilh* public* apag* exclu* pag*",
@@ -404,7 +419,7 @@ LEXICONS = (
         negation="non mai",
         reveal="rivela* mostra* dimmi ripeti* stampa* scrivi*",
         hidden="sistema tue tuo sue nascost* inizial* original* segret*",
-        ai="assistente ia modello chatbot agente",
+        ai="assistente ia chatbot modello_linguistico",
         owner="mio mia tuo tua suo sua nostro nostra di_direzione amministrativ*",
         modal="deve devono devi",
         act="invia* inoltra* trasferisci* condividi* carica* pubblica* elimina* cancella* paga*",
@@ -422,7 +437,7 @@ LEXICONS = (
         negation="niet nooit geen",
         reveal="toon* laat_zien herhaal* geef* onthul*",
         hidden="systeem* je jouw uw verborgen* oorspronkelijk* geheim*",
-        ai="assistent ai model chatbot agent",
+        ai="assistent ai chatbot taalmodel",
         owner="mijn jouw zijn haar onze",
         modal="moet moeten",
         act="stuur* verstuur* doorsturen verzend* deel* upload* verwijder* betaal* maak_over",
@@ -440,7 +455,7 @@ LEXICONS = (
         negation="nie nigdy",
         reveal="pokaż* pokaz* ujawnij* powtórz* powtorz* wypisz* podaj*",
         hidden="systemow* twoje swoje ukryt* początkow* tajn*",
-        ai="asystent* ai si model* chatbot* agent*",
+        ai="asystent* ai si chatbot* model_językowy",
         owner="mój moja twój twoja nasz",
         modal="musi musisz powinien powinieneś należy",
         act="wyślij* wyslij* prześlij* przeslij* przekaż* przekaz* udostępnij* usuń* usun*"
@@ -460,7 +475,7 @@ LEXICONS = (
         negation="değil asla",
         reveal="göster* söyle* yazdır* tekrarla* açıkla*",
         hidden="sistem* senin sizin gizli* ilk*",
-        ai="asistan* yapay_zeka model* chatbot* ajan*",
+        ai="asistan* yapay_zeka chatbot* dil_modeli",
         owner="benim senin bizim onun",
         modal="zorunda* gerek* mecbur* malı malısın meli melisin",
         act="gönder* ilet* aktar* paylaş* yükle* sil* öde*",
@@ -478,10 +493,11 @@ LEXICONS = (
         negation="jangan tidak tak",
         reveal="tunjukkan* tampilkan* ungkapkan* ulangi* beritahu* sebutkan*",
         hidden="sistem anda kamu tersembunyi rahasia awal",
-        ai="asisten ai model chatbot agen",
+        ai="asisten ai chatbot model_bahasa",
         owner="saya kami",
         modal="harus wajib perlu",
-        act="kirim* teruskan* transfer* bagikan* unggah* hapus* bayar*",
+        act="kirim* teruskan* transfer* bagikan* unggah* hapus* bayar* mengirim* meneruskan"
+        " membagikan mengunggah menghapus membayar mentransfer",
         framing=r"pesan penting|instruksi penting|sebelum (?:anda |kamu )?(?:melanjutkan"
         r"|menjawab|membalas|memulai)",
         frame_anchors="pesan instruksi sebelum",
@@ -496,7 +512,7 @@ LEXICONS = (
         negation="không chớ",
         reveal="hiển_thị tiết_lộ cho_tôi_xem lặp_lại in_ra",
         hidden="hệ_thống của_bạn ẩn ban_đầu bí_mật",
-        ai="trợ_lý ai mô_hình chatbot",
+        ai="trợ_lý ai chatbot",
         owner="của_tôi",
         modal="phải cần",
         act="gửi chuyển_tiếp chuyển xóa chia_sẻ tải_lên",
@@ -508,13 +524,14 @@ LEXICONS = (
     Lexicon(
         name="ru",
         script="cyrillic",
-        ignore="игнорир* проигнорир* забудь* забудьте забыть пренебреги* отбрось* отмени*",
+        ignore="игнорир* проигнорир* забудь* забудьте забыть пренебреги* отбрось* отмени*"
+        " не_обращай_внимания не_обращайте_внимания",
         instructions="инструкци* указани* правил* команд* промпт* директив* установк*",
         previous="предыдущ* прежн* все всё всех ваши твои свои системн* выше исходн* ранее прошл*",
         negation="не нельзя никогда",
         reveal="покажи* раскрой* выведи* повтори* скажи* напиши* перечисли*",
         hidden="системн* твои ваши свои скрыт* исходн* секретн* начальн*",
-        ai="ассистент* помощник* ии модель* агент* бот* нейросет*",
+        ai="ассистент* помощник* ии чат-бот* нейросет* языков*_модел*",
         owner="мой моя ваш ваша твой твоя наш наша его её",
         modal="должен должна должны обязан* нужно надо необходимо следует",
         act="отправ* перешл* пересл* передай* передать загрузи* удали* опубликуй* переведи*"
@@ -533,7 +550,7 @@ LEXICONS = (
         negation="不要 请勿 請勿 切勿 不得 不能 不可 勿",
         reveal="显示 顯示 告诉我 告訴我 输出 輸出 重复 重複 透露 打印 给我看 展示 泄露 洩露 列出",
         hidden="系统 系統 你的 您的 隐藏 隱藏 初始 原始 秘密",
-        ai="助手 助理 ai 人工智能 模型 智能体 機器人 机器人",
+        ai="助手 助理 ai 人工智能 智能体 语言模型 語言模型",
         owner="我的 我们的",
         modal="必须 必須 务必 務必 一定要 需要 应该 應該",
         act="发送 發送 转发 轉發 发给 發給 发到 传给 上传 上傳 删除 刪除 转账 轉賬 汇款 匯款 分享",
@@ -550,7 +567,7 @@ LEXICONS = (
         negation="ないで ないでください しない 禁止",
         reveal="教えて 見せて 表示 出力 繰り返 開示 書き出",
         hidden="システム あなたの 隠された 隠し 最初の 元の 秘密",
-        ai="アシスタント ai モデル エージェント 人工知能 チャットボット",
+        ai="アシスタント ai 人工知能 チャットボット 言語モデル",
         owner="私の 弊社の",
         modal="必ず なければならない なければなりません 必要があります してください",
         act="送信 転送 送って 送る 送付 共有 アップロード 削除 振り込 送金",
@@ -567,7 +584,7 @@ LEXICONS = (
         negation="말고 마세요 마십시오 마라 않",
         reveal="보여 알려 출력 공개 반복 말해",
         hidden="시스템 당신의 너의 숨겨진 초기 원래 비밀",
-        ai="어시스턴트 비서 모델 에이전트 인공지능 ai 챗봇",
+        ai="어시스턴트 비서 인공지능 ai 챗봇 언어_모델",
         owner="내 나의 저의 우리",
         modal="해야 하세요 해주세요 반드시",
         act="보내 전송 전달 공유 업로드 삭제 송금 이체",
@@ -585,10 +602,11 @@ LEXICONS = (
         negation="_لا_ _لم_ _لن_",
         reveal="اكشف أظهر اظهر اعرض اطبع كرر أخبرني اخبرني",
         hidden="النظام نظامك الخاصة المخفية السرية الأولية",
-        ai="المساعد مساعد الذكاء_الاصطناعي النموذج الوكيل",
+        ai="المساعد مساعد الذكاء_الاصطناعي",
         owner="مساعدي مساعدك",
         modal="يجب عليك_أن ينبغي",
-        act="أرسل ارسل إرسال ارسال حول حوّل انقل شارك احذف ارفع ادفع",
+        act="أرسل ارسل إرسال ارسال يرسل ترسل حول حوّل يحول تحول انقل ينقل شارك احذف يحذف ارفع"
+        " ادفع يدفع",
         framing=r"رسالة (?:مهمة|هامة)|قبل (?:أن )?(?:تتابع|تستمر|تجيب|ترد|تبدأ|المتابعة|الإجابة"
         r"|الرد)",
         frame_anchors="رسالة قبل",
@@ -602,7 +620,7 @@ LEXICONS = (
         negation="मत _न_ नहीं",
         reveal="बताओ बताएं बताइए दिखाओ दिखाएं दिखाइए प्रकट दोहराएं",
         hidden="सिस्टम आपके तुम्हारे छिपे गुप्त प्रारंभिक",
-        ai="सहायक एआई ai मॉडल एजेंट",
+        ai="सहायक एआई ai",
         owner="मेरा मेरे हमारा",
         modal="चाहिए होगा अवश्य",
         act="भेज फॉरवर्ड साझा अपलोड हटा ट्रांसफर",
