@@ -4,8 +4,8 @@ not a list of known attacks.
 
 Data an agent reads (a mail, a table, a code file, a web page, a tool's output) describes
 things; it does not give the reader tasks. An injection has to, and to do so it must do one
-of a few things, each looked for here (English, and the main phrasings in Spanish, French,
-German, Portuguese, Italian, Russian, Chinese and Japanese):
+of a few things, each looked for here in English (and "in your answer" / "dear assistant" in
+a few other languages; the mechanisms in 17 languages are in `languages.py`):
 
 - **address the AI**: "dear assistant", "note to the AI", "if you are an AI / a language
   model", "this is an important message from … to you", "AI agents reading this:";
