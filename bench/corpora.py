@@ -266,7 +266,7 @@ def detector_table(directory: Path, only: str | None) -> None:
 
 
 def own_corpus() -> None:
-    from tests.guardian.detectors.report import evaluate
+    from tests.guardian.detectors.report import by_language, evaluate, language_table
 
     evaluation = evaluate()
     print(f"\nproject corpus: {evaluation.cases} cases ({evaluation.benign_cases} benign)")
@@ -277,6 +277,8 @@ def own_corpus() -> None:
             f"| {name} | {score.tp} | {score.fp} | {score.fn} "
             f"| {score.precision:.3f} | {score.recall:.3f} |"
         )
+    print("\nproject corpus, multilingual injection cases by language")
+    print(language_table(by_language()))
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from bisect import bisect_right
 
 import msgspec
 
+from aap_server.guardian.detectors._confusables import CONFUSABLE_PAIRS
 from aap_server.guardian.detectors.base import Finding
 
 _SHAPE = bytes(
@@ -180,15 +181,23 @@ _INVISIBLE = (
     "\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U0001bca0-\U0001bca3"
     "\U0001d173-\U0001d17a\U000e0000-\U000e007f\U000e0100-\U000e01ef"
 )
+# Marks a reader reads through: the combining accents Latin, Greek and Cyrillic letters carry
+# ("I\u0301gno\u0301re"), Arabic vowel marks and the tatweel that stretches a word, the
+# Devanagari nukta. Dropped, as accented letters are folded to their base letter.
+_MARKS = (
+    "\u0300-\u036f\u0640\u064b-\u065f\u0670\u093c\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff"
+    "\ufe20-\ufe2f"
+)
+_DROPPED = _INVISIBLE + _MARKS
 _DASHES = "\u2010-\u2015\u2043\u2212\u2e3a\u2e3b\ufe58\ufe63\uff0d"
 # Unicode spaces: NFKC turns most into U+0020; these it keeps or turns into other things.
 # Hangul fillers and the braille blank show as blank space: read as spaces, not dropped (dropped,
 # they would run the words of "ignore previous instructions" together).
 _SPACES = "\u00a0\u115f\u1160\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u2800\u3000\u3164\uffa0"
-# Cyrillic, Greek and other letters that look like Latin ones (Unicode's confusables, the
-# common part). Folded only inside a word that also has ASCII letters: `Ignore` with a
-# Cyrillic `e` is the Latin word, while a Russian word keeps its letters.
-# As (code point, Latin letter) pairs.
+# Letters of other scripts that look like Latin ones (Unicode's confusables, UTS #39: Cyrillic,
+# Greek, Armenian, Cherokee, Lisu, Latin variants such as dotless i, ...), and a few it
+# leaves out. Folded only inside a word that also has ASCII letters: `Ignore` with a Cyrillic
+# `e` is the Latin word, while a Russian word keeps its letters. (code point, Latin letter).
 _CONFUSABLE_PAIRS = (
     "0430a 0435e 043eo 0440p 0441c 0443y 0445x 0456i 0458j 0455s 0501d 051bq 051dw 04bbh 04cfl "
     "0475v 0251a 0261g 0269i 026ai 028fy 0410A 0412B 0415E 041aK 041cM 041dH 041eO 0420P 0421C "
@@ -196,16 +205,18 @@ _CONFUSABLE_PAIRS = (
     "03bfo 03c1p 03c4T 03c5u 03c7x 03f2c 03f3j 0391A 0392B 0395E 0396Z 0397H 0399I 039aK 039cM "
     "039dN 039fO 03a1P 03a4T 03a5Y 03a7X 03f9C"
 )
-_CONFUSABLES = {chr(int(pair[:4], 16)): pair[4:] for pair in _CONFUSABLE_PAIRS.split()}
+_CONFUSABLES = {
+    chr(int(pair[:-1], 16)): pair[-1]
+    for pair in (CONFUSABLE_PAIRS + " " + _CONFUSABLE_PAIRS).split()
+}
 _CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
 _CONFUSABLE = re.compile("[" + "".join(_CONFUSABLES) + "]")
-_RUNS = re.compile(f"([{_INVISIBLE}]+)|[^\x00-\x7f{_INVISIBLE}]+")
-_CONFUSABLE_RUN = re.compile(_CONFUSABLE.pattern + "+")
-_ASCII_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_WORD_REST = re.compile(r"\w*")
+_RUNS = re.compile(f"([{_DROPPED}]+)|[^\x00-\x7f{_DROPPED}]+")
+_ASCII_WORD_RUN = re.compile("[0-9A-Za-z_]+")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
-_INVISIBLE_ONE = re.compile(f"[{_INVISIBLE}]")
+_DROPPED_ONE = re.compile(f"[{_DROPPED}]")
+_DROPPED_RUN = re.compile(f"[{_DROPPED}]+")
 _SPACE_CODES = (
     *(0xA0, 0x115F, 0x1160, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F),
     *(0x2800, 0x3000, 0x3164, 0xFFA0),
@@ -218,6 +229,47 @@ _ONE_FOR_ONE = tuple((chr(c), " ") for c in _SPACE_CODES) + tuple(
 )
 _SPACE_ONE = re.compile(f"[{_SPACES}]")
 _DASH_ONE = re.compile(f"[{_DASHES}]")
+
+
+def _base_letters() -> dict[int, str]:
+    """Latin, Greek and Cyrillic letters with accents (one code point, `é`, `ñ`, `й`), each to
+    its base letter; and the Latin letters with a stroke NFD keeps (`ł`, `đ`, `ø`, `ħ`)."""
+    marks = re.compile(f"[{_MARKS}]+")
+    table = {ord(a): b for a, b in ("łl", "ŁL", "đd", "ĐD", "øo", "ØO", "ħh", "ĦH")}
+    for low, high in ((0xC0, 0x250), (0x370, 0x530), (0x1E00, 0x2000)):
+        for code in range(low, high):
+            parts = unicodedata.normalize("NFD", chr(code))
+            if len(parts) > 1 and marks.fullmatch(parts, 1):
+                table[code] = parts[0]
+    return table
+
+
+_BASE_LETTERS = _base_letters()
+_ACCENTED_RUN = re.compile("[" + "".join(map(chr, _BASE_LETTERS)) + "]+")
+
+
+def fold_accents(text: str) -> str:
+    """`text` with accented letters as their base letter (same length): how the detectors
+    write their own words, so that `précédentes` in a pattern meets the view's
+    `precedentes`."""
+    return _ACCENTED_RUN.sub(lambda m: m.group().translate(_BASE_LETTERS), text)
+
+
+def fold_pattern(pattern: str) -> str:
+    """A detector's own pattern written as the normalised view reads text: each character
+    folded as `_fold` does (compatibility forms, dropped marks) and accents folded. Leaves
+    regex syntax (ASCII) alone."""
+    return fold_accents("".join(_fold(ch) if not ch.isascii() else ch for ch in pattern))
+
+
+def fold_words(words: str) -> str:
+    """A detector's list of words (no regex syntax) as the normalised view reads them:
+    `fold_pattern`, and look-alikes folded in words that mix them with Latin letters (the
+    Turkish dotless i is read as `i`)."""
+    # `_` joins the words of a phrase: a separator here, not a Latin letter next to Cyrillic.
+    return _fold_mixed_words(fold_pattern(words).replace("_", "\x00")).replace("\x00", "_")
+
+
 # Characters already folded (bounded: past it, folding is recomputed).
 _FOLD_CACHE_SIZE = 65_536
 _FOLDED: dict[str, str] = {}
@@ -228,7 +280,7 @@ def _fold(ch: str) -> str:
     out = []
     for c in unicodedata.normalize("NFKC", ch):
         category = unicodedata.category(c)
-        if _INVISIBLE_ONE.match(c):
+        if _DROPPED_ONE.match(c):
             continue
         if category == "Zs" or _SPACE_ONE.match(c):
             out.append(" ")
@@ -242,10 +294,12 @@ def _fold(ch: str) -> str:
 def normalise(text: str) -> tuple[str, OffsetMap] | None:
     """The text as a reader sees it, for the detectors: NFKC (full-width forms, ligatures,
     styled letters), invisible characters dropped, Unicode spaces as ` `, dashes as `-`,
-    decimal digits of any script as `0`-`9`,
-    Latin look-alikes folded inside words that have Latin letters. `None` when that is the
-    text itself. Linear: C-speed passes (`translate`, `is_normalized`, regex searches), and
-    Python only over the runs that do change length (invisible or compatibility forms)."""
+    decimal digits of any script as `0`-`9`, combining accents (and Arabic vowel marks)
+    dropped and accented letters as their base letter (`é` as `e`, `й` as `и`), look-alikes
+    of Latin letters (Unicode's confusables) folded inside words that have Latin letters.
+    `None` when that is the text itself. Linear: C-speed passes (`replace`, `is_normalized`,
+    regex searches), and Python only over the runs that do change length (invisible or
+    compatibility forms) and the runs of accented letters."""
     if text.isascii():
         return None
     # Spaces and dashes, one for one (same offsets): a `find` per character is faster on
@@ -258,8 +312,14 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
         plain = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), plain)
     changed = plain is not text
     offsets = OffsetMap()
-    if _INVISIBLE_ONE.search(plain) or not unicodedata.is_normalized("NFKC", plain):
+    if not unicodedata.is_normalized("NFKC", plain):
         plain = _fold_runs(plain, offsets)
+        changed = True
+    elif _DROPPED_ONE.search(plain):
+        plain = _drop(plain, offsets)
+        changed = True
+    if _ACCENTED_RUN.search(plain):
+        plain = fold_accents(plain)
         changed = True
     if _CONFUSABLE.search(plain):
         folded = _fold_mixed_words(plain)
@@ -271,30 +331,44 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
 
 def _fold_mixed_words(text: str) -> str:
     """Look-alikes folded to Latin in the words that mix them with ASCII letters or digits.
-    Such a word has a look-alike next to an ASCII word character (if all its other letters
-    are look-alikes), so only those places are looked at, and each word once."""
+    Such a word has an ASCII run next to a look-alike, so only the ASCII runs are looked at
+    (a regex with the look-alikes' class is slow on the other scripts' text), and each word
+    once (at most `_MAX_FOLDED_WORD` characters each side of the run)."""
     pieces: list[str] = []
     last = 0
     size = len(text)
-    for m in _CONFUSABLE_RUN.finditer(text):
-        if m.start() < last:
-            continue
-        before, after = m.start() - 1, m.end()
-        if not (
-            (before >= 0 and text[before] in _ASCII_WORD)
-            or (after < size and text[after] in _ASCII_WORD)
+    for m in _ASCII_WORD_RUN.finditer(text):
+        start, end = m.span()
+        if start < last or not (
+            (start > 0 and text[start - 1] in _CONFUSABLES)
+            or (end < size and text[end] in _CONFUSABLES)
         ):
             continue
-        start = m.start()
-        low = max(last, start - _MAX_FOLDED_WORD)
+        low, high = max(last, start - _MAX_FOLDED_WORD), min(size, end + _MAX_FOLDED_WORD)
         while start > low and (text[start - 1].isalnum() or text[start - 1] == "_"):
             start -= 1
-        end = _WORD_REST.match(text, m.start()).end()  # type: ignore[union-attr]
+        while end < high and (text[end].isalnum() or text[end] == "_"):
+            end += 1
         pieces += [text[last:start], text[start:end].translate(_CONFUSABLE_TABLE)]
         last = end
     if not pieces:
         return text
     return "".join(pieces) + text[last:]
+
+
+def _drop(text: str, offsets: OffsetMap) -> str:
+    """`text` (already NFKC) with the invisible characters and marks dropped: Python work per
+    dropped run only (Arabic text with its vowel marks has one every few words)."""
+    pieces: list[str] = []
+    length = last = 0
+    for m in _DROPPED_RUN.finditer(text):
+        start, end = m.span()
+        pieces.append(text[last:start])
+        length += start - last
+        offsets.mark(length, end)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _fold_runs(text: str, offsets: OffsetMap) -> str:

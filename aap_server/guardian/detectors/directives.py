@@ -1,10 +1,11 @@
+# ruff: noqa: RUF001 (other scripts' brackets and colons)
 """Instructions aimed at the AI inside data (`injection.directive`): how injected text works,
 not a list of known attacks.
 
 Data an agent reads (a mail, a table, a code file, a web page, a tool's output) describes
 things; it does not give the reader tasks. An injection has to, and to do so it must do one
-of a few things, each looked for here (English, and the main phrasings in Spanish, French,
-German, Portuguese, Italian, Russian, Chinese and Japanese):
+of a few things, each looked for here in English (and "in your answer" / "dear assistant" in
+a few other languages; the mechanisms in 17 languages are in `languages.py`):
 
 - **address the AI**: "dear assistant", "note to the AI", "if you are an AI / a language
   model", "this is an important message from … to you", "AI agents reading this:";
@@ -29,8 +30,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors._views import TextViews, fold_pattern, fold_words
 from aap_server.guardian.detectors.base import Finding
+from aap_server.guardian.detectors.languages import ascii_words, scan_languages
 
 _AI = (
     r"(?:ai|a\.i\.|assistant|ai\s+assistant|ai\s+agent|agent|llm|language\s+model|chatbot|bot"
@@ -156,18 +158,8 @@ _TRIGGERED: list[tuple[str, str]] = [
         r"(?:your|the)\s+(?:\w+\s+)?(?:instructions|prompt|system\s+message|initial\s+message"
         r"|configuration|guidelines)\b",
     ),
-    # other languages: overriding instructions, aiming at the reply, addressing the AI
-    (
-        "ignor olvid vergiss esque dimentic игнор забуд",
-        r"(?:ignora|olvida|ignorar|ignoriere|vergiss|esqueça|dimentica|игнорируй|забудь)\b"
-        r"[^\n]{0,60}?\b(?:instrucciones|anweisungen|instruções|istruzioni|инструкции|reglas"
-        r"|regeln|regras|regole|правила)",
-    ),
-    (
-        "ignor oubli",
-        r"(?:ignorez|ignore|oubliez|oublie)\s+(?:toutes\s+)?(?:les|vos|tes)\s+(?:\w+\s+)?"
-        r"(?:instructions|consignes|règles)\b",
-    ),
+    # other languages: aiming at the reply, addressing the AI (the other mechanisms are in
+    # `languages.py`)
     (
         "respuesta réponse antwort resposta risposta ответ",
         r"(?:(?<=en tu )|(?<=dans ta )|(?<=dans votre )|(?<=in deiner )|(?<=in ihrer )"
@@ -193,15 +185,18 @@ _MARKUP = (
         r"|instructions?|override|note)\s*\)?"
     ),
     re.compile(
-        r"\[\s*(?:system|admin|administrator|developer|assistant|ai|instructions?)\s*"
-        r"(?:message|note|override|prompt)?\s*\]\s*:?"
+        r"\[\s*(?:system|admin|administrator|developer|assistant|ai|instructions?|systeme"
+        r"|sistema|systeem|sistem|systemu|administrateur|administrador)\s*"
+        r"(?:message|note|override|prompt|mensaje|mensagem|nachricht|messaggio)?\s*\]\s*:?"
     ),
 )
-_CJK = re.compile(
-    r"(?:忽略|无视|忘记|忽視)[^\n]{0,20}?(?:指令|指示|说明|提示)"
-    r"|在你的回答中|在您的回答中|你的回答|回答中加入"
-    r"|(?:指示|命令|プロンプト)を(?:無視|忘れ)|あなたの回答|回答に|返答に"
+# Envelopes in other scripts: `【系统】`, `[システム]`, `<система>`, `### النظام`.
+_MARKUP_OTHER = re.compile(
+    r"(?:[\[<【(（]|#{2,})\s*(?:系统|系統|システム|시스템|النظام|सिस्टम|система|системное"
+    r"|管理员|管理者|관리자|المسؤول)\s*(?:消息|通知|提示|メッセージ|메시지|رسالة|संदेश"
+    r"|сообщение|промпт)?\s*(?:[\]>】)）]|:|：)"
 )
+_CJK = re.compile(r"在你的回答中|在您的回答中|你的回答|回答中加入|あなたの回答|回答に|返答に")
 
 # A request standing as a sentence of its own at the start of a line or after a sentence's
 # end: a task verb, or a question to an assistant; or an order to put something into the
@@ -219,8 +214,9 @@ _ORDER = (
 )
 _TRIGGERS: dict[str, list[re.Pattern[str]]] = {}
 for _words, _pattern in _TRIGGERED:
-    _compiled = re.compile(_pattern)
-    for _word in _words.split():
+    # Written as the normalised view reads text (`réponse` is scanned as `reponse`).
+    _compiled = re.compile(fold_pattern(_pattern))
+    for _word in fold_words(_words).split():
         _TRIGGERS.setdefault(_word.replace("_", " "), []).append(_compiled)
 # In ASCII text a trigger word can only occur at a word's start if its leading letters begin
 # one of the text's words, so only those triggers are searched for: one `translate` and
@@ -277,6 +273,8 @@ def scan_directives(v: TextViews) -> list[Finding]:
         out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
     if not lower.isascii():
         out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
+        out += [_finding(text, *m.span()) for m in _MARKUP_OTHER.finditer(lower)]
+    out += [_finding(text, *span) for span in scan_languages(lower, words or ascii_words(lower))]
     return out
 
 

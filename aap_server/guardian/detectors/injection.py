@@ -30,7 +30,8 @@ Speed: phrases are searched only in windows around anchor words of the lower-cas
 `guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed; markup
 patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are looked for only
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
-(`_views.normalise`: invisible characters dropped, NFKC, Latin look-alikes folded), so a soft
+(`_views.normalise`: invisible characters dropped, NFKC, accents and combining marks
+folded, look-alikes of Latin letters folded), so a soft
 hyphen or a Cyrillic `e` (U+0435) inside a word does not hide it. Not handled: digit or spaced-out
 spellings ("ign0re", "i g n o r e").
 """

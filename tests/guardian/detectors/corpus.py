@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from tests.guardian.detectors.fakes import Fakes
+from tests.guardian.detectors.multilingual import LANGUAGE_CASES
 
 
 @dataclass(frozen=True)
@@ -871,6 +872,7 @@ def build() -> tuple[list[Case], list[EgressCase], list[str]]:
     _injection(b, f)
     _variants(b, f)
     _hard_benign(b, f)
+    b.cases += [Case(c.text, c.expected, note=c.language) for c in LANGUAGE_CASES]
     return b.cases, _egress(), covered
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from aap_server.guardian.detectors import check_egress, detector_ids, scan_all
 from tests.guardian.detectors.corpus import CASES, EGRESS_CASES
+from tests.guardian.detectors.multilingual import LANGUAGE_CASES
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,44 @@ def table(evaluation: Evaluation) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class LanguageScore:
+    attacks: int
+    caught: int  # attacks where every expected detector fired
+    benign: int
+    flagged: int  # benign cases with any injection finding
+
+
+def by_language() -> dict[str, LanguageScore]:
+    """Per language of the multilingual cases: attacks caught, benign texts flagged."""
+    counts: dict[str, list[int]] = {}
+    for case in LANGUAGE_CASES:
+        row = counts.setdefault(case.language, [0, 0, 0, 0])
+        found = {f.detector for f in scan_all(case.text) if f.category == "injection"}
+        if case.expected:
+            row[0] += 1
+            row[1] += case.expected <= found
+        else:
+            row[2] += 1
+            row[3] += bool(found)
+    return {language: LanguageScore(*row) for language, row in counts.items()}
+
+
+def language_table(scores: dict[str, LanguageScore]) -> str:
+    lines = [
+        "| language | attacks caught | benign flagged |",
+        "|---|---:|---:|",
+    ]
+    for language, s in scores.items():
+        lines.append(f"| {language} | {s.caught}/{s.attacks} | {s.flagged}/{s.benign} |")
+    caught = sum(s.caught for s in scores.values())
+    attacks = sum(s.attacks for s in scores.values())
+    flagged = sum(s.flagged for s in scores.values())
+    benign = sum(s.benign for s in scores.values())
+    lines.append(f"| **all** | {caught}/{attacks} | {flagged}/{benign} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     evaluation = evaluate()
     print(
@@ -101,6 +140,12 @@ def main() -> None:
         "expected); counts are per case and detector id.\n"
     )
     print(table(evaluation))
+    print(
+        "\nThe multilingual cases (`tests/guardian/detectors/multilingual.py`) by language: an"
+        " attack is caught when its injection detectors fire; a benign text is flagged by any"
+        " injection finding.\n"
+    )
+    print(language_table(by_language()))
     if evaluation.errors:
         print("\nErrors:")
         for detector, kind, text in evaluation.errors:

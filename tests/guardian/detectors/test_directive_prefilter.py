@@ -8,6 +8,7 @@ import random
 
 from aap_server.guardian.detectors import directives
 from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors.languages import ascii_words, scan_languages
 
 PROSE = "the quick brown fox jumps over the lazy dog while the team reviews the plan. " * 50
 
@@ -30,6 +31,8 @@ def _unfiltered(text: str) -> list[tuple[int, int]]:
         spans += [m.span() for m in pattern.finditer(lower)]
     if not lower.isascii():
         spans += [m.span() for m in directives._CJK.finditer(lower)]
+        spans += [m.span() for m in directives._MARKUP_OTHER.finditer(lower)]
+    spans += scan_languages(lower, ascii_words(lower))
     return sorted(spans)
 
 
