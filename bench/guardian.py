@@ -50,19 +50,22 @@ from agents.demo import AGENT as DEMO
 from bench._common import start_server
 
 WORDS = "the quick brown fox jumps over the lazy dog while the team reviews the quarterly plan"
+NOTES = "agreed with the design group to move the launch review to next month and draft a memo"
 
 
-def prose(size: int) -> str:
-    text = ""
+def prose(size: int, reference: int | None = None, words: str = WORDS) -> str:
+    text = "" if reference is None else f"ref {reference:06d}: "
     while len(text) < size:
-        text += WORDS + ". "
+        text += words + ". "
     return text[:size]
 
 
 def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
     """The three steps as sample `sample` sends them: each sample is its own turn, and 200
     samples share a session, so the per-turn and per-session tool call limits of the default
-    policy never trip (the benchmark measures allowed steps, not the deny path)."""
+    policy never trip (the benchmark measures allowed steps, not the deny path). Each sample's
+    texts are its own (a reference number first), as real steps' are: none is answered from
+    the guardian's cache of recent scans."""
     steps = StepFactory(
         agent=aos_agent(DEMO, []),
         session_id=f"sess_bench_{sample // 200}",
@@ -70,13 +73,18 @@ def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
         principal=Principal(user_id="bench", org_id="bench"),
     )
     return {
-        "user message, 1 KB": steps.message("user", prose(1024)),
+        "user message, 1 KB": steps.message("user", prose(1024, sample)),
         "tool call with arguments": steps.tool_call_request(
             "call_1",
             "send_email",
-            {"to": "team@example.com", "subject": "Plan", "body": prose(300)},
+            {"to": "team@example.com", "subject": "Plan", "body": prose(300, sample)},
         ),
-        "tool result, 4 KB": steps.tool_call_result("call_1", prose(4096), False),
+        "tool result, 4 KB": steps.tool_call_result("call_1", prose(4096, sample), False),
+        # The session now remembers untrusted text: a tool call's arguments are looked up
+        # in that memory (`window_prints`), the common case after any untrusted read.
+        "tool call after the result": steps.tool_call_request(
+            "call_2", "save_note", {"title": "Notes", "body": prose(1024, sample, NOTES)}
+        ),
     }
 
 
