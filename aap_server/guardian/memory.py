@@ -173,7 +173,8 @@ def decoded_forms(text: str) -> list[bytes]:
 def window_prints(forms: Iterable[bytes]) -> set[int]:
     """Every fingerprint a remembered line or chunk may have in these forms of a text: of the
     `PRINT_BYTES` bytes at each offset and of the chunk at each position. Linear in the text
-    (one hash per offset, by C-level maps); taken once per tool call, whatever its rules ask."""
+    (one hash per offset, a block of windows at a time in C-level passes); taken once per tool
+    call, whatever its rules ask."""
     found: set[int] = set()
     for data in forms:
         for prints in _window_prints(data, PRINT_BYTES, 1):
