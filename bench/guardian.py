@@ -1,10 +1,11 @@
 """Per-step cost of the policy guardian with the shipped default policy.
 
-For three typical steps (a 1 KB user message, a tool call with arguments, a 4 KB tool result)
-it prints the median and p99 of one `check`, and the ratio to a bare `msgspec.json.decode` of
-the same request measured in the same run, and what the session memory's fingerprints cost
-alone. Then it runs demo-agent turns in-process (SQLite on a temp file) and prints the share
-of the turn's time spent in guardian checks. Last, it starts a second aap-server process on
+For typical steps (a 1 KB user message, a tool call with arguments, a 4 KB tool result, a
+tool call after it) it prints the median and p99 CPU time of one `check`, and the ratio to a
+bare `msgspec.json.decode` of the same request measured in the same run, then what the
+detectors and the session memory's fingerprints cost alone. Then it runs demo-agent turns
+in-process (SQLite on a temp file) and prints the share of the turn's time spent in guardian
+checks. Last, it starts a second aap-server process on
 loopback and prints what asking it as a remote guardian (after the in-process policy) adds to
 each step.
 
@@ -50,19 +51,29 @@ from agents.demo import AGENT as DEMO
 from bench._common import start_server
 
 WORDS = "the quick brown fox jumps over the lazy dog while the team reviews the quarterly plan"
+NOTES = "agreed with the design group to move the launch review to next month and draft a memo"
 
 
-def prose(size: int) -> str:
-    text = ""
+def cpu_ns() -> int:
+    """This thread's CPU time: what a step costs the guardian, whatever else the machine runs
+    (on a shared machine wall-clock medians swing by half and p99s measure preemption). The
+    steps, detectors and fingerprints below run synchronously on this thread."""
+    return time.thread_time_ns()
+
+
+def prose(size: int, reference: int | None = None, words: str = WORDS) -> str:
+    text = "" if reference is None else f"ref {reference:06d}: "
     while len(text) < size:
-        text += WORDS + ". "
+        text += words + ". "
     return text[:size]
 
 
 def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
     """The three steps as sample `sample` sends them: each sample is its own turn, and 200
     samples share a session, so the per-turn and per-session tool call limits of the default
-    policy never trip (the benchmark measures allowed steps, not the deny path)."""
+    policy never trip (the benchmark measures allowed steps, not the deny path). Each sample's
+    texts are its own (a reference number first), as real steps' are: none is answered from
+    the guardian's cache of recent scans."""
     steps = StepFactory(
         agent=aos_agent(DEMO, []),
         session_id=f"sess_bench_{sample // 200}",
@@ -70,13 +81,18 @@ def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
         principal=Principal(user_id="bench", org_id="bench"),
     )
     return {
-        "user message, 1 KB": steps.message("user", prose(1024)),
+        "user message, 1 KB": steps.message("user", prose(1024, sample)),
         "tool call with arguments": steps.tool_call_request(
             "call_1",
             "send_email",
-            {"to": "team@example.com", "subject": "Plan", "body": prose(300)},
+            {"to": "team@example.com", "subject": "Plan", "body": prose(300, sample)},
         ),
-        "tool result, 4 KB": steps.tool_call_result("call_1", prose(4096), False),
+        "tool result, 4 KB": steps.tool_call_result("call_1", prose(4096, sample), False),
+        # The session now remembers untrusted text: a tool call's arguments are looked up
+        # in that memory (`window_prints`), the common case after any untrusted read.
+        "tool call after the result": steps.tool_call_request(
+            "call_2", "save_note", {"title": "Notes", "body": prose(1024, sample, NOTES)}
+        ),
     }
 
 
@@ -93,12 +109,12 @@ async def per_step(samples: int = 3000) -> None:
         decode_times, check_times = [], []
         for request in each:
             encoded = msgspec.json.encode(request)
-            start = time.perf_counter_ns()
+            start = cpu_ns()
             msgspec.json.decode(encoded, type=aos.AosRequest)
-            decode_times.append(time.perf_counter_ns() - start)
-            start = time.perf_counter_ns()
+            decode_times.append(cpu_ns() - start)
+            start = cpu_ns()
             verdict = await guardian.check(request)
-            check_times.append(time.perf_counter_ns() - start)
+            check_times.append(cpu_ns() - start)
             assert verdict.decision == "allow", verdict
         median = statistics.median(check_times) / 1000
         decode = statistics.median(decode_times) / 1000
@@ -130,9 +146,9 @@ def detectors(samples: int = 2000) -> None:
     for name, text in detector_texts().items():
         times = []
         for _ in range(samples):
-            start = time.perf_counter_ns()
+            start = cpu_ns()
             scan_all(text)
-            times.append(time.perf_counter_ns() - start)
+            times.append(cpu_ns() - start)
         median = statistics.median(times) / 1000
         p99 = statistics.quantiles(times, n=100)[98] / 1000
         print(f"{name:<26} {median:8.1f}µs {p99:8.1f}µs")
@@ -152,12 +168,12 @@ def memory_prints(samples: int = 2000) -> None:
     for name, (text, run) in work.items():
         times, baseline = [], []
         for _ in range(samples):
-            start = time.perf_counter_ns()
+            start = cpu_ns()
             text.lower()
-            baseline.append(time.perf_counter_ns() - start)
-            start = time.perf_counter_ns()
+            baseline.append(cpu_ns() - start)
+            start = cpu_ns()
             run(text)
-            times.append(time.perf_counter_ns() - start)
+            times.append(cpu_ns() - start)
         median = statistics.median(times) / 1000
         lower = statistics.median(baseline) / 1000
         p99 = statistics.quantiles(times, n=100)[98] / 1000

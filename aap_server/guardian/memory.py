@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import itertools
 import re
@@ -89,26 +90,51 @@ _NOT_ALNUM = re.compile(r"[\W_]+")
 _NOT_ALNUM_ASCII = bytes(b for b in range(128) if not chr(b).isalnum())
 
 
-def _chunk_spans(length: int, step: int) -> Iterator[slice]:
-    """The CHUNK_CHARS-long spans of a `length`-long text starting at every `step`-th
-    position, and the last one."""
-    last = length - CHUNK_CHARS
-    if last < 0:
-        return iter(())
-    spans = map(slice, range(0, last, step), itertools.count(CHUNK_CHARS, step))
-    return itertools.chain(spans, (slice(last, None),))
+# Fingerprints are taken this many windows at a time: few C calls per window, and the windows
+# of a large text are never all held at once.
+_WINDOW_BLOCK = 8192
+
+
+@functools.cache
+def _window_pattern(size: int, step: int) -> re.Pattern[str]:
+    """Matches at every `step`-th position, capturing the `size` characters from there: one
+    `findall` cuts a text's windows at C speed."""
+    return re.compile(f"(?=(.{{{size}}})).{{{step}}}", re.DOTALL)
+
+
+@functools.cache
+def _window_pattern_bytes(size: int, step: int) -> re.Pattern[bytes]:
+    return re.compile(_window_pattern(size, step).pattern.encode(), re.DOTALL)
+
+
+def _window_prints(flat: str | bytes, size: int, step: int) -> Iterator[list[int]]:
+    """The fingerprints (of the UTF-8) of the `size`-long windows of `flat` starting at every
+    `step`-th position, in order, a block at a time."""
+    block = _WINDOW_BLOCK * step
+    for start in range(0, len(flat) - size + 1, block):
+        end = start + block + size - 1
+        if isinstance(flat, bytes):
+            yield fingerprints(_window_pattern_bytes(size, step).findall(flat, start, end))
+        else:
+            cut = _window_pattern(size, step).findall(flat, start, end)
+            yield fingerprints(list(map(str.encode, cut)))
 
 
 def _chunks_at(text: str, step: int) -> list[int]:
     """The hashes of the CHUNK_CHARS-long runs of a text's letters and digits (lower-cased,
     as UTF-8) starting at every `step`-th of them, and the last run, in order."""
     lowered = text.lower()
+    flat: str | bytes
     if lowered.isascii():  # a character is a byte: the UTF-8 is cut directly
         flat = lowered.encode().translate(None, _NOT_ALNUM_ASCII)
-        return list(fingerprints(map(flat.__getitem__, _chunk_spans(len(flat), step))))
-    flat_text = _NOT_ALNUM.sub("", lowered)
-    chunks = map(flat_text.__getitem__, _chunk_spans(len(flat_text), step))
-    return list(fingerprints(map(str.encode, chunks)))
+    else:
+        flat = _NOT_ALNUM.sub("", lowered)
+    found = list(itertools.chain.from_iterable(_window_prints(flat, CHUNK_CHARS, step)))
+    last = len(flat) - CHUNK_CHARS
+    if last > 0 and last % step:
+        tail = flat[last:]
+        found.append(fingerprint(tail if isinstance(tail, bytes) else tail.encode()))
+    return found
 
 
 def chunk_prints(text: str) -> list[int]:
@@ -151,11 +177,12 @@ def decoded_forms(text: str) -> list[bytes]:
 def window_prints(forms: Iterable[bytes]) -> set[int]:
     """Every fingerprint a remembered line or chunk may have in these forms of a text: of the
     `PRINT_BYTES` bytes at each offset and of the chunk at each position. Linear in the text
-    (one hash per offset, by C-level maps); taken once per tool call, whatever its rules ask."""
+    (one hash per offset, a block of windows at a time in C-level passes); taken once per tool
+    call, whatever its rules ask."""
     found: set[int] = set()
     for data in forms:
-        ends = range(PRINT_BYTES, len(data) + 1)
-        found.update(fingerprints(map(data.__getitem__, map(slice, itertools.count(), ends))))
+        for prints in _window_prints(data, PRINT_BYTES, 1):
+            found.update(prints)
         found.update(_chunks_at(data.decode("utf-8", "replace"), 1))
     return found
 

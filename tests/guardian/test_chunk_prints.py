@@ -113,3 +113,33 @@ def test_argument_hashing_is_linear(hashes_taken: list[int]) -> None:
         taken.append(hashes_taken[0])
     # Two hashes per offset (a line's first bytes, a chunk): 10 x the text, 10 x the hashes.
     assert 9.5 < taken[1] / taken[0] < 10.5
+
+
+def _naive_chunks(text: str, step: int) -> list[int]:
+    """`_chunks_at` by its definition, one slice and one `fingerprint` at a time."""
+    flat = re.sub(r"[\W_]+", "", text.lower())
+    last = len(flat) - guardian_memory.CHUNK_CHARS
+    if last < 0:
+        return []
+    starts = [*range(0, last, step), last]
+    return [
+        fingerprints_module.fingerprint(flat[s : s + guardian_memory.CHUNK_CHARS].encode())
+        for s in starts
+    ]
+
+
+@pytest.mark.parametrize("note", [LONG_NOTE, NON_ASCII_NOTE])
+def test_chunk_and_window_hashes_are_those_stored_memory_holds(note: str) -> None:
+    # Every length around the stride (the last chunk on it or not), both strides, and more
+    # windows than one block: the batched hashing gives the same fingerprints, in order.
+    for length in range(0, 60):
+        for step in (1, guardian_memory.CHUNK_STRIDE):
+            text = note[:length]
+            assert guardian_memory._chunks_at(text, step) == _naive_chunks(text, step)
+    long_text = note * (3 * guardian_memory._WINDOW_BLOCK // len(note) + 1)
+    assert guardian_memory._chunks_at(long_text, 1) == _naive_chunks(long_text, 1)
+    data = long_text.lower().encode()
+    size = guardian_memory.PRINT_BYTES
+    ends = range(size, len(data) + 1)
+    offsets = {fingerprints_module.fingerprint(data[end - size : end]) for end in ends}
+    assert offsets <= guardian_memory.window_prints([data])

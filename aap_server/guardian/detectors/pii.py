@@ -40,6 +40,7 @@ import re
 
 import phonenumbers
 
+from aap_server.guardian.detectors._spans import Backwards
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.checksums import IBAN_LENGTHS, iban_valid, luhn_valid
@@ -98,13 +99,14 @@ _URL_LOOKBACK = 2048
 def _emails(v: TextViews) -> list[Finding]:
     text = v.text
     out: list[Finding] = []
+    backwards = Backwards(text)
     at = text.find("@")
     while at != -1:
         nxt = at + 1
-        local = _LOCAL_REVERSED.match(text[max(0, at - 64) : at][::-1])
+        local = backwards.match(_LOCAL_REVERSED, at, 64)
         domain = _DOMAIN.match(text, at + 1) if local else None
         if local and domain and domain.group(1).lower() not in _FILE_EXTENSIONS:
-            start = at - local.end()
+            start = backwards.start(local)
             while text[start] == ".":
                 start += 1
             end = domain.end()

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import re
 from bisect import bisect_left
 from collections import Counter
+from typing import NamedTuple
 
-from aap_server.guardian.detectors._spans import StaticSpans
+from aap_server.guardian.detectors._spans import Backwards, StaticSpans
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.secret_catalog import (
@@ -507,35 +509,50 @@ for _rule in KEYWORD_RULES:
         _KEYWORDS.setdefault(_plain[:3], []).append((_plain, _rule))
 
 
-def _name_before(text: str, op: int) -> tuple[str, str] | None:
-    """The identifier right before the operator at `op`, and the word before that."""
-    window = text[max(0, op - _NAME_WINDOW) : op][::-1]
-    m = _REVERSED_NAME.match(window)
-    if m is None:
-        return None
-    before = m.group(2)
-    return m.group(1)[::-1], before[::-1] if before else ""
-
-
 def _name_parts(name: str) -> list[str]:
     """`asanaToken` -> [asana, token]; `BUNDLE_GEMS__CONTRIBSYS__COM` -> [bundle, gems, ...];
     `ETSYToken` -> [etsy, token]. A keyword inside a word (`rookTable`) is no part."""
     return [p.lower() for p in _NAME_PARTS.findall(name)]
 
 
-def _provider_rule(parts: list[str], value: str) -> KeywordRule | None:
-    """The rule of a provider named by the parts (a part that starts with its keyword, or two
-    or three parts that spell it) whose value shape `value` has."""
+def _named_rules(parts: list[str]) -> list[KeywordRule]:
+    """The rules of the providers the parts name (a part that starts with its keyword, or two
+    or three parts that spell it), in the order they are tried."""
+    named_rules: list[KeywordRule] = []
     for i, part in enumerate(parts):
         spelled = part
         for j in range(i, min(i + 3, len(parts))):
             if j > i:
                 spelled += parts[j]
             for keyword, rule in _KEYWORDS.get(spelled[:3], ()):
-                named = spelled == keyword or (j == i and part.startswith(keyword))
-                if named and rule.value.fullmatch(value):
-                    return rule
-    return None
+                if spelled == keyword or (j == i and part.startswith(keyword)):
+                    named_rules.append(rule)
+    return named_rules
+
+
+class _Name(NamedTuple):
+    """What an assignment's name (and the word before it) says, whatever the value."""
+
+    rules: tuple[KeywordRule, ...]  # providers named, by the name first, then the word before
+    strength: str  # see `_credential_name`
+    password: bool
+    after_other: bool  # the word before says it is something else (`Next page token: …`)
+
+
+# Names repeat (every row of a JSON array names the same keys): each is read once, the
+# newest this many kept.
+_NAMES_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=_NAMES_KEPT)
+def _name_facts(reversed_name: str, reversed_before: str | None) -> _Name:
+    """`_Name` of the identifier right before an operator and the word before that, as
+    `_REVERSED_NAME` read them (reversed)."""
+    name, before = reversed_name[::-1], (reversed_before or "")[::-1]
+    parts = _name_parts(name)
+    rules = _named_rules(parts) + (_named_rules(_name_parts(before)) if before else [])
+    after_other = bool(before) and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE
+    return _Name(tuple(rules), *_credential_name(name, parts), after_other)
 
 
 def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
@@ -556,6 +573,8 @@ def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
 def _assignments(text: str, out: list[Finding]) -> None:
     if "=" not in text and ":" not in text:
         return
+    backwards = Backwards(text)
+    length = len(text)
     reach = 0
     for op in _ASSIGN_OP.finditer(text):
         start = op.end()
@@ -565,7 +584,8 @@ def _assignments(text: str, out: list[Finding]) -> None:
         if value_match is None:
             continue
         end = value_match.end()
-        if op.group() == ":" or op.group().endswith((": ", ":\t")):
+        operator = op.group()
+        if operator == ":" or operator.endswith((": ", ":\t")):
             # `//registry.npmjs.org/:_authToken=…`: after a colon, `name=value` is an
             # assignment of its own; read it from its `=`.
             equals = text.find("=", start, end)
@@ -574,41 +594,37 @@ def _assignments(text: str, out: list[Finding]) -> None:
         reach = end
         if end - start > 300 or text.find("://", start, min(end, start + 16)) != -1:
             continue  # a blob or an URL, not a value: the token and URL detectors judge them
-        names = _name_before(text, op.start())
-        if names is None:
+        name = backwards.match(_REVERSED_NAME, op.start(), _NAME_WINDOW)
+        if name is None:
             continue
-        name, before = names
         raw = text[start:end]
         if ".." in raw:
             continue  # elided (`ops_eyJzaW..[Redacted]`, `sk-abc...`): not a usable value
         value = raw.rstrip(".,:;!?")
-        if len(value) < 8 and not (
-            value.lower() in _AUTH_SCHEMES and end < len(text) and text[end] == " "
-        ):
-            continue
-        if value.lower() in _AUTH_SCHEMES and end < len(text) and text[end] == " ":
+        if end < length and text[end] == " " and value.lower() in _AUTH_SCHEMES:
             # `Authorization: Bearer <token>`: the value is the word after the scheme.
             following = _VALUE.match(text, end + 1)
             if following is None:
                 continue
-            start, end = following.start(), following.end()
+            start, end = following.span()
             reach = end
             value = text[start:end].rstrip(".,:;!?")
+        elif len(value) < 8:
+            continue
+        facts = _name_facts(name.group(1), name.group(2))
+        if not (facts.rules or facts.strength):
+            continue  # the name is no credential's and no provider's (`id`, `created_at`)
         end = start + len(value)
-        parts = _name_parts(name)
-        rule = _provider_rule(parts, value) or (
-            _provider_rule(_name_parts(before), value) if before else None
-        )
+        rule = next((rule for rule in facts.rules if rule.value.fullmatch(value)), None)
         if rule is not None:
             if not is_placeholder(value):
                 out.append(_secret(rule.id, text, start, end))
             continue
-        if (end < len(text) and text[end] in "([") or "://" in value:
+        if (end < length and text[end] in "([") or "://" in value:
             continue  # a call, an index or a URL: code or an address, not a credential
-        if before and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE:
+        if facts.after_other:
             continue  # `Next page token: …`
-        strength, password = _credential_name(name, parts)
-        if strength and _secret_like(value, strength == "camel", password):
+        if facts.strength and _secret_like(value, facts.strength == "camel", facts.password):
             out.append(_secret("secret.assignment", text, start, end))
 
 
