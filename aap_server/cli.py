@@ -15,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+import msgspec
+
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
 from aap_server.guardian.policy import PolicyError
 from aap_server.runtime.loading import AgentLoadError
@@ -140,6 +142,11 @@ def prepare_shared_sqlite(path: str) -> None:
 
     try:
         asyncio.run(prepare())
+        # Leases left by workers of a previous run that was killed (no worker of this file
+        # runs yet: one `serve` per database file): their turns are gone, so their sessions
+        # are free now, not once `turn_lease_seconds` lapse.
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as connection, connection:
+            connection.execute("DELETE FROM turn_leases")
     except Exception as error:
         raise ConfigError(f"db: {path!r}: {error}") from None
 
@@ -162,6 +169,8 @@ def tune_gc() -> None:
 
 def serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    # The count resolved once (0: one per core): each worker's app sees how many there are.
+    settings = msgspec.structs.replace(settings, workers=settings.worker_processes())
     decision = decide_access(settings)
     if not decision.start:
         print(f"aap-server: {decision.message}", file=sys.stderr)
@@ -169,7 +178,7 @@ def serve(args: argparse.Namespace) -> int:
     check_database(settings.db)
     if is_postgres(settings.db):
         check_postgres(settings)
-    elif settings.worker_processes() > 1:
+    elif settings.workers > 1:
         prepare_shared_sqlite(settings.db)
     if settings.policy:  # a broken policy file is a configuration error, before any log line
         from aap_server.guardian.policy import load_policy
@@ -214,7 +223,7 @@ def serve(args: argparse.Namespace) -> int:
         )
         DrainingServer(config, app.state.drain).run(sockets)
 
-    workers = settings.worker_processes()
+    workers = settings.workers
     if workers == 1:
         run()
         return 0
@@ -398,7 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument(
         "--workers",
         type=int,
-        help="server processes on one socket and database (default 1; 0: one per core)",
+        help="server processes on one socket and database (default 0: one per core; "
+        "1 for :memory:)",
     )
     serve_parser.add_argument(
         "--allow-open",

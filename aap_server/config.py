@@ -90,9 +90,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     db_pool_max: int = 10
     db_timeout_seconds: float = 10.0
     turn_lease_seconds: float = 30.0
-    # `serve`: server processes sharing the listening socket and the database (0: one per
-    # core). With a SQLite file and more than one, the turn lease is kept in the file.
-    workers: int = 1
+    # `serve`: server processes sharing the listening socket and the database (0, the
+    # default: one per usable core; one for `:memory:`). With a SQLite file and more than
+    # one, the turn lease is kept in the file.
+    workers: int = 0
     api_keys: list[ApiKey] = msgspec.field(default_factory=list)
     # Serve GET /meta without a key (AAP allows capability discovery in public).
     public_meta: bool = True
@@ -167,8 +168,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     console: bool | Literal["auto"] = "auto"
 
     def worker_processes(self) -> int:
-        """How many processes `serve` runs: `workers`, or one per usable core for 0."""
-        return self.workers or len(os.sched_getaffinity(0))
+        """How many processes `serve` runs: `workers`, or for 0 one per usable core (one for
+        an in-memory database, which no second process could see)."""
+        if self.workers:
+            return self.workers
+        return 1 if self.db == ":memory:" else len(os.sched_getaffinity(0))
 
     def __post_init__(self) -> None:
         for name in (

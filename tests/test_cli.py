@@ -34,9 +34,11 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def no_uvicorn(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
-    """Replace the server's run: record its configuration instead of serving."""
+    """Replace the server's run: record its configuration instead of serving (in this
+    process: one worker, where the default would fork one per core)."""
     from aap_server.api.drain import DrainingServer
 
+    monkeypatch.setenv("AAP_WORKERS", "1")
     calls: list[dict[str, object]] = []
 
     def fake_run(server: DrainingServer, sockets: object = None) -> None:

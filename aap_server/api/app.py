@@ -9,7 +9,6 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, NamedTuple
 
 from litestar import Litestar
@@ -32,6 +31,8 @@ from aap_server.api.metrics import metrics_routes
 from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
+from aap_server.api.turn_route import TurnRoute
+from aap_server.cli import package_version  # the command's --version: one definition
 from aap_server.config import ConfigError, Settings
 from aap_server.guardian import Guardian
 from aap_server.guardian.aom import AomGuardian
@@ -70,13 +71,6 @@ async def prune_audit_forever(store: SessionStore, retention_days: float) -> Non
         except Exception:
             logger.exception("pruning the audit trail failed; retrying later")
         await asyncio.sleep(AUDIT_PRUNE_INTERVAL_SECONDS)
-
-
-def package_version() -> str:
-    try:
-        return version("aap-server")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "0.0.0"
 
 
 def guardian_names(settings: Settings) -> list[str]:
@@ -174,7 +168,8 @@ def create_app(
         pool_min=settings.db_pool_min,
         pool_max=settings.db_pool_max,
         timeout_seconds=settings.db_timeout_seconds,
-        shared_leases=settings.worker_processes() > 1,
+        # Several processes (`serve` resolved `workers`): the turn lease lives in the file.
+        shared_leases=settings.workers > 1,
     )
     principal_limits = PrincipalLimits(
         requests_per_second=settings.rate_limit_per_second,
@@ -291,6 +286,15 @@ def create_app(
                 "telemetry": telemetry,  # GET /metrics reads it
             }
         ),
+    )
+    # Ordinary turns skip Litestar's per-request work (api/turn_route.py).
+    app.asgi_handler = TurnRoute(
+        app.asgi_handler,
+        service=service,
+        settings=settings,
+        authenticator=app.state.authenticator,
+        limits=principal_limits,
+        drain=drain,
     )
     if settings.base_path:
         app.asgi_handler = BasePathMount(app.asgi_handler, settings.base_path)

@@ -206,6 +206,15 @@ class SessionsController(Controller):
         with `after` or `limit`, one page of it and the `next` cursor when more follows. A
         page holds at most `history_page_bytes` of messages (at least one)."""
         service, settings = _service(request), request.app.state.settings
+        # The number as written: Litestar's int also takes `1e3`, `+5`, ` 5` and other
+        # scripts' digits; like the `after` cursor, `limit` is ASCII digits only.
+        for written in request.query_params.getall("limit", []):
+            if not (written.isascii() and written.isdigit()):
+                raise InvalidRequestError(
+                    "limit: expected a whole number of messages in ASCII digits, "
+                    f"got {written[:40]!r}",
+                    code="invalid_request",
+                )
         if limit is not None and limit > settings.history_page_messages:
             raise InvalidRequestError(
                 f"limit: at most {settings.history_page_messages} messages a page",

@@ -161,6 +161,7 @@ class AapService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
+        self._shutdown: asyncio.Future[None] | None = None  # see `shutdown`
         # Concurrent turns per principal.
         self.principal_limits = principal_limits or PrincipalLimits()
         self.leases.max_turns = self.principal_limits.max_concurrent_turns  # across replicas
@@ -522,7 +523,13 @@ class AapService:
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Take no new turns; let running ones finish within the grace period, then stop them
-        (each still ends with `turn_stop`)."""
+        (each still ends with `turn_stop`). Once: a later call (the app closing after a drain
+        ran it) waits for the first to end, with no grace period of its own."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.ensure_future(self._stop_turns(grace_seconds))
+        await asyncio.shield(self._shutdown)
+
+    async def _stop_turns(self, grace_seconds: float) -> None:
         self._accepting = False
         tasks = set(self._tasks)
         if not tasks:

@@ -60,8 +60,8 @@ async def test_paging_walks_the_whole_history_at_the_largest_limit(tmp_path: Pat
             whole = await h.client.get(f"/sessions/{session_id}/history", params={"type": kind})
             assert whole.json() == {"history": {kind: [m for p in walked for m in p]}}
         assert [len(p) for p in await pages(h, session_id, "full", limit=7)] == [7, 7, 7, 4]
-        # Past the largest limit, or below 1: a 400 naming `limit`.
-        for bad in (11, 0, -1):
+        # Past the largest limit, below 1, or not plain ASCII digits: a 400 naming `limit`.
+        for bad in (11, 0, -1, "1e1", "+5", " 5", "5.0", "\u0665", "0x5", "5_0"):
             response = await h.client.get(
                 f"/sessions/{session_id}/history", params={"type": "full", "limit": bad}
             )

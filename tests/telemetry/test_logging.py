@@ -54,6 +54,7 @@ def server(tmp_path: Path, **env: str) -> Iterator[Server]:
             **clean,
             "AAP_DB": str(tmp_path / "aap.db"),
             "AAP_API_KEYS": f"{KEY}:alice:acme",
+            "AAP_WORKERS": "1",  # one process's lines (each worker logs its own banner)
             **env,
         },
         stdout=subprocess.DEVNULL,

@@ -1,0 +1,153 @@
+"""`POST /sessions/{id}/turns` without Litestar's per-request machinery, for the requests
+that need none of it.
+
+A turn is the request a client sends most, and Litestar's routing, guard, dependency
+injection, signature model and response object cost more CPU than a whole bare POST
+(bench/README.md). This ASGI layer sits in front of Litestar and answers a turn itself when
+everything about it is ordinary: a known API key, a body within `max_body_bytes` that decodes
+strictly into `PostSessionTurnRequest`, the server not draining. Anything else (a missing or
+unknown key, a malformed or oversized body, a drain) goes on to the Litestar route with the
+body replayed, so every refusal is the one the declared route gives, and the OpenAPI document
+still describes the route. What the turn itself raises is answered by the same exception
+handlers Litestar would call.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
+
+from aap_server.api.auth import Authenticator
+from aap_server.api.drain import Drain
+from aap_server.api.errors import EXCEPTION_HANDLERS, send_response
+from aap_server.api.sse import EventStream, sse_frames
+from aap_server.config import Settings
+from aap_server.protocol import PostSessionTurnRequest
+from aap_server.runtime import AapService, delta_view, message_view, none_view
+from aap_server.runtime.limits import PrincipalLimits
+
+TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
+_TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
+_JSON = [(b"content-type", b"application/json")]
+_STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+_decoder = msgspec.json.Decoder(PostSessionTurnRequest)
+_encoder = msgspec.json.Encoder()
+
+
+class _Declined(Exception):
+    """The request is not an ordinary turn: the Litestar route answers it."""
+
+
+class TurnRoute:
+    """The ASGI layer: ordinary turns here, everything else to `app` (Litestar)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        service: AapService,
+        settings: Settings,
+        authenticator: Authenticator,
+        limits: PrincipalLimits,
+        drain: Drain,
+    ) -> None:
+        self.app = app
+        self.service = service
+        self.settings = settings
+        self.authenticator = authenticator
+        self.limits = limits
+        self.drain = drain
+        self.max_body = settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = None
+        if scope["type"] == ScopeType.HTTP and scope.get("method") == "POST":
+            path = scope["path"]
+            if root := scope.get("root_path"):
+                path = path.split(root, maxsplit=1)[-1]
+            match = _TURN_PATH.fullmatch(path)
+        if match is None or self.drain.draining:
+            await self.app(scope, receive, send)
+            return
+        read: list[ReceiveMessage] = []  # what was taken from `receive`, for a replay
+        try:
+            principal = self.authenticator.principal(_header(scope, b"authorization"))
+            request = _decoder.decode(await self._body(scope, receive, read))
+        except Exception:  # no key, a bad one, a body that is not an ordinary turn, ...
+            await self.app(scope, _replaying(read, receive), send)
+            return
+        scope["path_template"] = TEMPLATE
+        try:
+            self.limits.admit_request(principal.owner)
+            turn = await self.service.start_turn(principal, match[1], request)
+            if turn.mode == "none":
+                body = _encoder.encode(await none_view(turn.events()))
+                await send_response(send, 200, _JSON, body)
+                return
+        except Exception as error:
+            await self._answer_error(scope, receive, send, error)
+            return
+        view = delta_view if turn.mode == "delta" else message_view
+        stream = EventStream(
+            self.drain.track(sse_frames(view(turn.events()))),
+            ping_seconds=self.settings.sse_ping_seconds,
+            headers=_STREAM_HEADERS,
+        )
+        await stream(scope, receive, send)
+
+    async def _body(self, scope: Scope, receive: Receive, read: list[ReceiveMessage]) -> bytes:
+        length = _header(scope, b"content-length")
+        if length is not None and not (length.isascii() and length.isdigit()):
+            raise _Declined
+        if length is not None and int(length) > self.max_body:
+            raise _Declined
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            read.append(message)
+            if message["type"] != "http.request":  # the client went away
+                raise _Declined
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise _Declined
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _answer_error(
+        self, scope: Scope, receive: Receive, send: Send, error: Exception
+    ) -> None:
+        """`error` as Litestar's exception handlers answer it on the declared route."""
+        handler = next(
+            EXCEPTION_HANDLERS[kind] for kind in type(error).__mro__ if kind in EXCEPTION_HANDLERS
+        )
+        response: Response[Any] = handler(Request(scope, receive), error)
+        headers = [(b"content-type", b"application/json")]
+        headers += [(k.lower().encode(), v.encode()) for k, v in response.headers.items()]
+        await send_response(send, response.status_code or 500, headers, response.content)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _replaying(read: list[ReceiveMessage], receive: Receive) -> Receive:
+    """`receive`, giving back first the messages already taken from it."""
+    pending = list(read)
+
+    async def replay() -> ReceiveMessage:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
