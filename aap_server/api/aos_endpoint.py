@@ -74,6 +74,7 @@ from aap_server.guardian import CheckScope, FailClosed, check_scope
 from aap_server.ids import utc_now_iso
 from aap_server.protocol import GetAuditResponse
 from aap_server.runtime import AapService, InvalidRequestError
+from aap_server.runtime.checks import audit_draft
 from aap_server.runtime.limits import PrincipalLimits
 from aap_server.store import AuditDraft, InvalidCursorError, SessionStore, caller_chain
 
@@ -273,30 +274,19 @@ class AosDispatcher:
             verdict = await check_with_stored_memory(
                 self.guardian, self.store, self.scope.namespace, request
             )
-            self._record(request, verdict, (time.perf_counter_ns() - started) // 1000)
+            self._record(request, verdict, time.perf_counter_ns() - started)
             return AosSuccessResponse(id=request.id, result=verdict)
         except Exception:
             logger.exception("AOS request %s failed", request.method)
             return _error(request.id, INTERNAL_ERROR, "Internal server error")
 
-    def _record(self, request: AosRequest, verdict: AosSuccessResult, latency_us: int) -> None:
+    def _record(self, request: AosRequest, verdict: AosSuccessResult, latency_ns: int) -> None:
         """Queue the verdict for the caller's audit chain (metadata only), and log it."""
         context = getattr(request.params, "context", None)
-        data = verdict.data if isinstance(verdict.data, dict) else {}
-        rule_id, policy_hash = data.get("ruleId"), data.get("policyHash")
         # The AOS step id (the JSON-RPC id only when the method carries no step context).
         step_id = context.step_id if context is not None else str(request.id)
-        draft = AuditDraft(
-            turn_id=context.turn_id if context is not None else "",
-            step_id=step_id,
-            method=request.method,
-            decision=verdict.decision,
-            reason_codes=list(verdict.reason_code or []),
-            latency_us=latency_us,
-            at=utc_now_iso(),
-            rule_id=rule_id if isinstance(rule_id, str) else None,
-            policy_hash=policy_hash if isinstance(policy_hash, str) else None,
-        )
+        turn_id = context.turn_id if context is not None else ""
+        draft = audit_draft(request, verdict, latency_ns, turn_id, step_id)
         self._audit.append(draft)
         if audit_logger.isEnabledFor(logging.INFO):
             record = AosVerdictRecord(
@@ -309,7 +299,7 @@ class AosDispatcher:
                 reason_codes=draft.reason_codes,
                 rule_id=draft.rule_id,
                 policy_hash=draft.policy_hash,
-                latency_us=latency_us,
+                latency_us=draft.latency_us,
             )
             audit_logger.info("%s", _encoder.encode(record).decode())
 
