@@ -30,6 +30,8 @@ Decisions (see also the route's OpenAPI description):
   line on the `aap_server.audit` logger at INFO (which adds the caller's session id).
 - `ping` is answered by the server itself (`status: "connected"`, the package version, the UTC
   time): the endpoint is up and the in-process guardian cannot be "disconnected".
+- A body holding more than `max_json_values_per_request` JSON values is not parsed: one -32700
+  (decoding `[{},{},…]` in 10 MB held the event loop for seconds; the count is not).
 - A batch is answered in request order; its entries are checked concurrently, at most
   `BATCH_CONCURRENCY` at a time. A batch of more than `BATCH_LIMIT` requests is one -32600.
 - -32603 is reserved for a failure of our own (e.g. a verdict that cannot be encoded); a
@@ -75,7 +77,7 @@ from aap_server.ids import utc_now_iso
 from aap_server.protocol import GetAuditResponse
 from aap_server.runtime import AapService, InvalidRequestError
 from aap_server.runtime.checks import audit_draft
-from aap_server.runtime.limits import PrincipalLimits
+from aap_server.runtime.limits import PrincipalLimits, json_values_within
 from aap_server.store import AuditDraft, InvalidCursorError, SessionStore, caller_chain
 
 logger = logging.getLogger("aap_server.api.aos")
@@ -84,6 +86,8 @@ BATCH_CONCURRENCY = 32
 """How many entries of one batch are checked by the guardian at the same time."""
 BATCH_LIMIT = 1000
 """The most requests one batch may hold (a larger one is an invalid request as a whole)."""
+MAX_JSON_VALUES = 100_000
+"""The default of setting `max_json_values_per_request` (see `json_values_within`)."""
 
 Id = str | int | None
 Reply = AosSuccessResponse | PingResponse | JsonRpcErrorResponse
@@ -173,8 +177,16 @@ class AosDispatcher:
     """JSON-RPC 2.0 over one guardian: raw request body in, raw response body out (or `None`
     when nothing is to be answered). Knows nothing of HTTP."""
 
-    def __init__(self, guardian: FailClosed, version: str, owner: str, store: SessionStore) -> None:
+    def __init__(
+        self,
+        guardian: FailClosed,
+        version: str,
+        owner: str,
+        store: SessionStore,
+        max_json_values: int = MAX_JSON_VALUES,
+    ) -> None:
         self.guardian = guardian
+        self.max_json_values = max_json_values
         self.version = version
         self.owner = owner
         self.store = store
@@ -192,6 +204,17 @@ class AosDispatcher:
         return answer
 
     async def _handle(self, body: bytes) -> bytes | None:
+        if not await json_values_within(body, self.max_json_values):
+            # Decoding it would hold the event loop (see `json_values_within`): not parsed, so a
+            # parse error (JSON-RPC: "an error occurred on the server while parsing").
+            return self._encode(
+                _error(
+                    None,
+                    PARSE_ERROR,
+                    f"Invalid JSON payload: not parsed, it holds more than "
+                    f"{self.max_json_values} JSON values (max_json_values_per_request)",
+                )
+            )
         try:  # fast path: one well-formed request, decoded straight into its type
             _envelope_decoder.decode(body)
             request = _request_decoder.decode(body)
@@ -332,7 +355,13 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     state = request.app.state
     principal = await provide_principal(request)
     service: AapService = state.service  # its guardian: the turn engine's, as it fails closed
-    dispatcher = AosDispatcher(service.guardian, state.version, principal.owner, service.store)
+    dispatcher = AosDispatcher(
+        service.guardian,
+        state.version,
+        principal.owner,
+        service.store,
+        state.settings.max_json_values_per_request,
+    )
     limits: PrincipalLimits = state.limits
     limits.start_aos_request(principal.owner)  # 429 past the key's concurrent requests
     try:
