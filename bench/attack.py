@@ -7,17 +7,21 @@ while attackers keep sending the worst payloads we know (≈900 KB POST /aos too
 ≈900 KB user messages made of repeated `-----BEGIN PRIVATE KEY-----` lines, `aa.` host runs
 and `x://a:b@c.de/` URL runs; and requests made of many small costly steps, each once under the
 32 KB worker threshold: a `POST /aos` batch of 120 steps of 30 KB and a `POST /sessions` of 600 seed
-messages of 9 KB of `a@`), and prints both and their ratio. Bounded: a fixed number of
-measured requests per phase, every request with a timeout.
+messages of 9 KB of `a@`; a turn carrying a ≈900 KB `data:` URI image, and a ≈900 KB
+`POST /aos` body of `[{},{},…]`, both costly to validate or decode), and prints both and their
+ratio. Bounded: a fixed number of measured requests per phase, every request with a timeout.
+With `--against REF`, the same run measures aap-server as of git REF too (before/after).
 
-    python bench/attack.py [--samples 200] [--attackers 2]
+    python bench/attack.py [--samples 200] [--attackers 2] [--against REF]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
-from bench._common import start_server
+from bench._common import launch_server, wait_ready
 
+ROOT = Path(__file__).resolve().parent.parent
 JSON = {"Content-Type": "application/json"}
 UNITS = ("-----BEGIN PRIVATE KEY-----\n", "aa.", "x://a:b@c.de/")
 PAYLOAD_CHARS = 900_000
@@ -62,6 +67,13 @@ def turn_payloads() -> list[bytes]:
     ]
 
 
+def costly_to_read_payloads() -> tuple[bytes, bytes]:
+    """A turn with a ≈900 KB data: URI image, and a ≈900 KB POST /aos body of empty objects."""
+    image = "data:image/png;base64," + base64.b64encode(bytes(range(256)) * 2600).decode()
+    turn = {"messages": [{"role": "user", "content": [{"type": "image", "url": image}]}]}
+    return msgspec.json.encode(turn), b"[" + b",".join([b"{}"] * (PAYLOAD_CHARS // 3)) + b"]"
+
+
 def many_small_payloads() -> tuple[bytes, bytes]:
     """A POST /aos batch and a POST /sessions body of many small, costly steps."""
     steps = StepFactory(
@@ -82,27 +94,31 @@ def many_small_payloads() -> tuple[bytes, bytes]:
     )
 
 
-async def attacker(base: str, stop: asyncio.Event, sent: list[float]) -> None:
+async def attacker(base: str, stop: asyncio.Event, sent: list[float], first: int) -> None:
+    """Worst-case requests back to back, from kind `first` of the six on (attackers start
+    apart, so a short phase still sees every kind)."""
     aos_bodies, turn_bodies = aos_payloads(), turn_payloads()
     batch_body, seed_body = many_small_payloads()
+    image_turn, empty_objects = costly_to_read_payloads()
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         session = (await client.post("/sessions", json={"agent": {"name": "demo"}})).json()
         url = f"/sessions/{session['sessionId']}/turns"
-        number = 0
+        number = first
         while not stop.is_set():
             started = time.perf_counter()
-            if number % 4 == 2:
+            kind = number % 6
+            if kind == 0:
+                await client.post("/aos", content=aos_bodies[number // 6 % 3], headers=JSON)
+            elif kind == 1:
+                await client.post(url, content=turn_bodies[number // 6 % 3], headers=JSON)
+            elif kind == 2:
                 await client.post("/aos", content=batch_body, headers=JSON)
-            elif number % 4 == 3:
+            elif kind == 3:
                 await client.post("/sessions", content=seed_body, headers=JSON)
-            elif number % 2 == 0:
-                body = aos_bodies[number // 2 % len(aos_bodies)]
-                await client.post(
-                    "/aos", content=body, headers={"Content-Type": "application/json"}
-                )
+            elif kind == 4:
+                await client.post(url, content=image_turn, headers=JSON)
             else:
-                body = turn_bodies[number // 2 % len(turn_bodies)]
-                await client.post(url, content=body, headers=JSON)
+                await client.post("/aos", content=empty_objects, headers=JSON)
             sent.append(time.perf_counter() - started)
             number += 1
 
@@ -130,42 +146,72 @@ def p(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000
 
 
-async def main(samples: int, attackers: int) -> None:
+def checkout(ref: str, into: Path) -> Path:
+    """The tree of git `ref` of this repository, unpacked under `into` (no worktree made)."""
+    target = into / "against"
+    target.mkdir()
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target
+
+
+async def phases(
+    base: str, samples: int, attackers: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], list[float]]:
+    """Other clients' latencies alone, then under attack; the attack requests' times."""
+    await measure(base, 20)  # warm up
+    quiet = await measure(base, samples)
+    stop = asyncio.Event()
+    attack_times: list[float] = []
+    tasks = [
+        asyncio.create_task(attacker(base, stop, attack_times, index * 6 // attackers))
+        for index in range(attackers)
+    ]
+    await asyncio.sleep(1.0)  # let the attack get going
+    loud = await measure(base, samples)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return quiet, loud, attack_times
+
+
+async def main(samples: int, attackers: int, against: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        db = str(Path(tmp) / "attack.db")
-        process, base = start_server({"AAP_DB": db, "AAP_LOG_LEVEL": "warning"})
-        try:
-            await measure(base, 20)  # warm up
-            quiet = await measure(base, samples)
-            stop = asyncio.Event()
-            attack_times: list[float] = []
-            tasks = [
-                asyncio.create_task(attacker(base, stop, attack_times)) for _ in range(attackers)
-            ]
-            await asyncio.sleep(1.0)  # let the attack get going
-            loud = await measure(base, samples)
-            stop.set()
-            await asyncio.gather(*tasks)
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+        sources: list[tuple[str, str | None]] = [("this tree", None)]
+        if against:
+            sources.insert(0, (f"@{against}", str(checkout(against, Path(tmp)))))
+        results = []
+        for number, (name, source) in enumerate(sources):
+            env = {"AAP_DB": str(Path(tmp) / f"attack{number}.db"), "AAP_LOG_LEVEL": "warning"}
+            process, base = launch_server(env, cwd=source)
+            try:
+                wait_ready(process, base)
+                results.append((name, *await phases(base, samples, attackers)))
+            finally:
+                process.terminate()
+                process.wait(timeout=30)
     print(f"{samples} requests of each kind per phase; {attackers} attackers sending ~900 KB")
     print("pathological POST /aos and turn bodies back to back")
     heads = ("p50 alone", "p99 alone", "p50 attack", "p99 attack", "p99 ratio")
-    print(f"{'request':<20} " + " ".join(f"{head:>11}" for head in heads))
-    for name in quiet:
-        a50, a99 = p(quiet[name], 50), p(quiet[name], 99)
-        b50, b99 = p(loud[name], 50), p(loud[name], 99)
-        print(f"{name:<20} {a50:9.1f}ms {a99:9.1f}ms {b50:9.1f}ms {b99:9.1f}ms {b99 / a99:10.1f}x")
-    if len(attack_times) >= 2:
-        print(
-            f"attack requests: {len(attack_times)}, median {statistics.median(attack_times):.2f} s"
-        )
+    print(f"{'server':<12} {'request':<20} " + " ".join(f"{head:>11}" for head in heads))
+    for name, quiet, loud, attack_times in results:
+        for request in quiet:
+            a50, a99 = p(quiet[request], 50), p(quiet[request], 99)
+            b50, b99 = p(loud[request], 50), p(loud[request], 99)
+            print(
+                f"{name:<12} {request:<20} {a50:9.1f}ms {a99:9.1f}ms {b50:9.1f}ms {b99:9.1f}ms "
+                f"{b99 / a99:10.1f}x"
+            )
+        if len(attack_times) >= 2:
+            print(
+                f"{name:<12} attack requests: {len(attack_times)}, "
+                f"median {statistics.median(attack_times):.2f} s"
+            )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--attackers", type=int, default=2)
+    parser.add_argument("--against", help="also measure aap-server as of this git ref, first")
     args = parser.parse_args()
-    asyncio.run(main(args.samples, args.attackers))
+    asyncio.run(main(args.samples, args.attackers, args.against))

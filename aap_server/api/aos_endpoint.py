@@ -30,6 +30,8 @@ Decisions (see also the route's OpenAPI description):
   line on the `aap_server.audit` logger at INFO (which adds the caller's session id).
 - `ping` is answered by the server itself (`status: "connected"`, the package version, the UTC
   time): the endpoint is up and the in-process guardian cannot be "disconnected".
+- A body holding more than `max_json_values_per_request` JSON values is not parsed: one -32700
+  (decoding `[{},{},…]` in 10 MB held the event loop for seconds; the count is not).
 - A batch is answered in request order; its entries are checked concurrently, at most
   `BATCH_CONCURRENCY` at a time. A batch of more than `BATCH_LIMIT` requests is one -32600.
 - -32603 is reserved for a failure of our own (e.g. a verdict that cannot be encoded); a
@@ -74,7 +76,8 @@ from aap_server.guardian import CheckScope, FailClosed, check_scope
 from aap_server.ids import utc_now_iso
 from aap_server.protocol import GetAuditResponse
 from aap_server.runtime import AapService, InvalidRequestError
-from aap_server.runtime.limits import PrincipalLimits
+from aap_server.runtime.checks import audit_draft
+from aap_server.runtime.limits import PrincipalLimits, json_values_within
 from aap_server.store import AuditDraft, InvalidCursorError, SessionStore, caller_chain
 
 logger = logging.getLogger("aap_server.api.aos")
@@ -83,6 +86,8 @@ BATCH_CONCURRENCY = 32
 """How many entries of one batch are checked by the guardian at the same time."""
 BATCH_LIMIT = 1000
 """The most requests one batch may hold (a larger one is an invalid request as a whole)."""
+MAX_JSON_VALUES = 100_000
+"""The default of setting `max_json_values_per_request` (see `json_values_within`)."""
 
 Id = str | int | None
 Reply = AosSuccessResponse | PingResponse | JsonRpcErrorResponse
@@ -172,8 +177,16 @@ class AosDispatcher:
     """JSON-RPC 2.0 over one guardian: raw request body in, raw response body out (or `None`
     when nothing is to be answered). Knows nothing of HTTP."""
 
-    def __init__(self, guardian: FailClosed, version: str, owner: str, store: SessionStore) -> None:
+    def __init__(
+        self,
+        guardian: FailClosed,
+        version: str,
+        owner: str,
+        store: SessionStore,
+        max_json_values: int = MAX_JSON_VALUES,
+    ) -> None:
         self.guardian = guardian
+        self.max_json_values = max_json_values
         self.version = version
         self.owner = owner
         self.store = store
@@ -191,6 +204,17 @@ class AosDispatcher:
         return answer
 
     async def _handle(self, body: bytes) -> bytes | None:
+        if not await json_values_within(body, self.max_json_values):
+            # Decoding it would hold the event loop (see `json_values_within`): not parsed, so a
+            # parse error (JSON-RPC: "an error occurred on the server while parsing").
+            return self._encode(
+                _error(
+                    None,
+                    PARSE_ERROR,
+                    f"Invalid JSON payload: not parsed, it holds more than "
+                    f"{self.max_json_values} JSON values (max_json_values_per_request)",
+                )
+            )
         try:  # fast path: one well-formed request, decoded straight into its type
             _envelope_decoder.decode(body)
             request = _request_decoder.decode(body)
@@ -273,30 +297,19 @@ class AosDispatcher:
             verdict = await check_with_stored_memory(
                 self.guardian, self.store, self.scope.namespace, request
             )
-            self._record(request, verdict, (time.perf_counter_ns() - started) // 1000)
+            self._record(request, verdict, time.perf_counter_ns() - started)
             return AosSuccessResponse(id=request.id, result=verdict)
         except Exception:
             logger.exception("AOS request %s failed", request.method)
             return _error(request.id, INTERNAL_ERROR, "Internal server error")
 
-    def _record(self, request: AosRequest, verdict: AosSuccessResult, latency_us: int) -> None:
+    def _record(self, request: AosRequest, verdict: AosSuccessResult, latency_ns: int) -> None:
         """Queue the verdict for the caller's audit chain (metadata only), and log it."""
         context = getattr(request.params, "context", None)
-        data = verdict.data if isinstance(verdict.data, dict) else {}
-        rule_id, policy_hash = data.get("ruleId"), data.get("policyHash")
         # The AOS step id (the JSON-RPC id only when the method carries no step context).
         step_id = context.step_id if context is not None else str(request.id)
-        draft = AuditDraft(
-            turn_id=context.turn_id if context is not None else "",
-            step_id=step_id,
-            method=request.method,
-            decision=verdict.decision,
-            reason_codes=list(verdict.reason_code or []),
-            latency_us=latency_us,
-            at=utc_now_iso(),
-            rule_id=rule_id if isinstance(rule_id, str) else None,
-            policy_hash=policy_hash if isinstance(policy_hash, str) else None,
-        )
+        turn_id = context.turn_id if context is not None else ""
+        draft = audit_draft(request, verdict, latency_ns, turn_id, step_id)
         self._audit.append(draft)
         if audit_logger.isEnabledFor(logging.INFO):
             record = AosVerdictRecord(
@@ -309,7 +322,7 @@ class AosDispatcher:
                 reason_codes=draft.reason_codes,
                 rule_id=draft.rule_id,
                 policy_hash=draft.policy_hash,
-                latency_us=latency_us,
+                latency_us=draft.latency_us,
             )
             audit_logger.info("%s", _encoder.encode(record).decode())
 
@@ -342,7 +355,13 @@ async def post_aos(request: Request[Any, Any, Any]) -> Response[bytes]:
     state = request.app.state
     principal = await provide_principal(request)
     service: AapService = state.service  # its guardian: the turn engine's, as it fails closed
-    dispatcher = AosDispatcher(service.guardian, state.version, principal.owner, service.store)
+    dispatcher = AosDispatcher(
+        service.guardian,
+        state.version,
+        principal.owner,
+        service.store,
+        state.settings.max_json_values_per_request,
+    )
     limits: PrincipalLimits = state.limits
     limits.start_aos_request(principal.owner)  # 429 past the key's concurrent requests
     try:

@@ -70,6 +70,46 @@ def step_factory(
     )
 
 
+def audit_draft(
+    request: aos.AosRequest,
+    verdict: aos.AosSuccessResult,
+    latency_ns: int,
+    turn_id: str,
+    step_id: str | None = None,
+) -> AuditDraft:
+    """What the audit trail keeps of a verdict: metadata only (rule, reason codes, policy
+    hash, latency), never the checked content. `step_id` defaults to the request's id."""
+    data = verdict.data if isinstance(verdict.data, dict) else {}
+    return AuditDraft(
+        turn_id=turn_id,
+        step_id=str(request.id) if step_id is None else step_id,
+        method=request.method,
+        decision=verdict.decision,
+        reason_codes=list(verdict.reason_code or []),
+        latency_us=latency_ns // 1000,
+        at=utc_now_iso(),
+        rule_id=_text_or_none(data.get("ruleId")),
+        policy_hash=_text_or_none(data.get("policyHash")),
+    )
+
+
+async def check_recorded(
+    guardian: FailClosed, request: aos.AosRequest, scope: CheckScope, turn_id: str
+) -> tuple[aos.AosSuccessResult, AuditDraft]:
+    """The guardian's verdict on `request` checked in `scope`, timed, with its audit draft;
+    observed in the metrics (and a span if tracing)."""
+    started = time.perf_counter_ns()
+    token = check_scope.set(scope)
+    try:
+        verdict = await guardian.check(request)
+    finally:
+        check_scope.reset(token)
+    latency_ns = time.perf_counter_ns() - started
+    draft = audit_draft(request, verdict, latency_ns, turn_id)
+    observe_step(request, verdict, draft.rule_id, latency_ns)
+    return verdict, draft
+
+
 class GuardianChecks:
     """The guardian's checks of one session's steps, and their verdicts kept for the audit
     trail until they are written with the next step (so recording costs no extra trip to
@@ -101,30 +141,10 @@ class GuardianChecks:
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         if self.memory is not None:
             self.guardian.import_session(self.session_id, self.memory)
-        started = time.perf_counter_ns()
         # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
-        token = check_scope.set(CheckScope(session_id=self.session_id))
-        try:
-            verdict = await self.guardian.check(request)
-        finally:
-            check_scope.reset(token)
-        latency_ns = time.perf_counter_ns() - started
-        data = verdict.data or {}
-        rule_id = _text_or_none(data.get("ruleId"))
-        self._audit.append(
-            AuditDraft(
-                turn_id=self.turn_id,
-                step_id=str(request.id),
-                method=request.method,
-                decision=verdict.decision,
-                reason_codes=list(verdict.reason_code or []),
-                latency_us=latency_ns // 1000,
-                at=utc_now_iso(),
-                rule_id=rule_id,
-                policy_hash=_text_or_none(data.get("policyHash")),
-            )
-        )
-        observe_step(request, verdict, rule_id, latency_ns)  # metrics, and a span if tracing
+        scope = CheckScope(session_id=self.session_id)
+        verdict, draft = await check_recorded(self.guardian, request, scope, self.turn_id)
+        self._audit.append(draft)
         return verdict
 
     def take_audit(self) -> list[AuditDraft]:

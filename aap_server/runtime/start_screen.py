@@ -17,17 +17,15 @@ per tool.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from aap_server import aos
 from aap_server.agent import StartGuard, StepDeniedError
-from aap_server.guardian import CheckScope, FailClosed, asks_for_human, check_scope
-from aap_server.ids import utc_now_iso
+from aap_server.guardian import CheckScope, FailClosed, asks_for_human
+from aap_server.runtime.checks import check_recorded
 from aap_server.runtime.registry import AgentRegistry
 from aap_server.runtime.steps import StepFactory
 from aap_server.store import AuditDraft, SessionStore, caller_chain
-from aap_server.telemetry import observe_step
 
 __all__ = ["START_AUDIT_OWNER", "START_SCOPE", "StartChecks", "screen_discovered_tools"]
 
@@ -35,10 +33,6 @@ logger = logging.getLogger("aap_server")
 
 START_AUDIT_OWNER = "aap-server"
 START_SCOPE = CheckScope(namespace="aap-server:start")
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 class StartChecks(StartGuard):
@@ -56,30 +50,11 @@ class StartChecks(StartGuard):
         if self.failed is not None:
             raise StepDeniedError(f"not screened: the guardian failed ({self.failed})")
         request = StepFactory.mcp(message, "inbound")
-        started = time.perf_counter_ns()
-        token = check_scope.set(START_SCOPE)
-        try:
-            verdict = await self.guardian.check(request)
-        finally:
-            check_scope.reset(token)
-        latency_ns = time.perf_counter_ns() - started
-        data = verdict.data or {}
-        rule_id = _text_or_none(data.get("ruleId"))
-        reasons = list(verdict.reason_code or [])
-        self.drafts.append(
-            AuditDraft(
-                turn_id=f"start:{self.agent}",
-                step_id=str(request.id),
-                method=request.method,
-                decision=verdict.decision,
-                reason_codes=reasons,
-                latency_us=latency_ns // 1000,
-                at=utc_now_iso(),
-                rule_id=rule_id,
-                policy_hash=_text_or_none(data.get("policyHash")),
-            )
+        verdict, draft = await check_recorded(
+            self.guardian, request, START_SCOPE, f"start:{self.agent}"
         )
-        observe_step(request, verdict, rule_id, latency_ns)
+        self.drafts.append(draft)
+        rule_id, reasons = draft.rule_id, draft.reason_codes
         # The rule and codes only: a guardian's message may quote what it judged.
         why = f"rule {rule_id or 'none'}, reason {', '.join(reasons) or 'none'}"
         if verdict.decision == "deny":

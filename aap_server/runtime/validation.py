@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
 from collections.abc import Sequence
 
 import msgspec
@@ -106,7 +107,19 @@ def validate_client_tools(hosted: HostedAgent, tools: list[ToolSpec] | None, pat
 _DATA_URI_HEADER = re.compile(
     r"data:image/[A-Za-z0-9.+-]+(?:;[A-Za-z0-9.+_-]+=[^;,]*)*;base64,", re.IGNORECASE
 )
-_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+_BASE64_ALPHABET = (string.ascii_letters + string.digits + "+/").encode()
+
+
+def is_padded_base64(payload: str) -> bool:
+    """Standard padded base64: alphabet characters in groups of four, up to two `=` at the
+    end. Checked by C-speed string operations (~1 ms a megabyte), never a regular expression
+    matching character by character on the event loop (80 ms a megabyte)."""
+    body = payload.removesuffix("=").removesuffix("=")
+    if not payload or len(payload) % 4 or not body.isascii() or len(payload) - len(body) > 2:
+        return False
+    return not body.encode("ascii").translate(None, _BASE64_ALPHABET) and (
+        len(payload) == len(body) or len(body) % 4 > 1  # `=`s only pad a partial group
+    )
 
 
 def _validate_data_uri(url: str, where: str) -> None:
@@ -116,8 +129,7 @@ def _validate_data_uri(url: str, where: str) -> None:
             f"{where}: a data: URI image must read `data:image/<type>;base64,<data>`",
             code="invalid_image",
         )
-    payload = url[header.end() :]
-    if not payload or _BASE64.fullmatch(payload) is None:
+    if not is_padded_base64(url[header.end() :]):
         raise InvalidRequestError(
             f"{where}: the data: URI's payload is not valid base64", code="invalid_image"
         )

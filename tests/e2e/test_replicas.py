@@ -23,13 +23,22 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from tests.conftest import assert_error
+from tests.e2e.lease_lapse import (
+    ALICE,
+    LATE_TURN,
+    LEASE_SECONDS,
+    assert_freed_once_the_lease_lapses,
+    client,
+    contents,
+    create,
+    history,
+    turn,
+)
 from tests.e2e.server_process import ServerProcess, free_port, server_process, until_serving
 from tests.e2e.test_aos_endpoint import step
 from tests.e2e.test_review_findings import aos_send_email, aos_tool_result, in_session
 from tests.postgres_cluster import PostgresCluster
 
-ALICE = {"Authorization": "Bearer key-alice"}
-LEASE_SECONDS = 2
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -67,36 +76,6 @@ async def replicas(
 ) -> AsyncIterator[list[ServerProcess]]:
     async with started_replicas(postgres_cluster, tmp_path) as started:
         yield started
-
-
-def client(replica: ServerProcess) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=replica.base_url, headers=ALICE, timeout=30)
-
-
-async def create(replica: ServerProcess) -> str:
-    async with client(replica) as c:
-        response = await c.post("/sessions", json={"agent": {"name": "demo"}})
-        assert response.status_code == 201, response.text
-        session_id: str = response.json()["sessionId"]
-        return session_id
-
-
-async def turn(replica: ServerProcess, session_id: str, text: str) -> httpx.Response:
-    body = {"messages": [{"role": "user", "content": text}]}
-    async with client(replica) as c:
-        return await c.post(f"/sessions/{session_id}/turns", json=body)
-
-
-async def history(replica: ServerProcess, session_id: str) -> list[dict[str, Any]]:
-    async with client(replica) as c:
-        response = await c.get(f"/sessions/{session_id}/history", params={"type": "full"})
-        assert response.status_code == 200, response.text
-        messages: list[dict[str, Any]] = response.json()["history"]["full"]
-        return messages
-
-
-def contents(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    return [(m["role"], m["content"]) for m in messages]
 
 
 async def test_any_replica_serves_any_session(replicas: list[ServerProcess]) -> None:
@@ -151,10 +130,9 @@ async def test_a_replica_killed_mid_turn_frees_the_session_when_its_lease_lapses
 ) -> None:
     doomed, survivor, _ = replicas
     session_id = await create(survivor)
-    body = {"stream": "delta", "messages": [{"role": "user", "content": "/sleep 10\nlate"}]}
     async with (
         client(doomed) as c,
-        aconnect_sse(c, "POST", f"/sessions/{session_id}/turns", json=body) as source,
+        aconnect_sse(c, "POST", f"/sessions/{session_id}/turns", json=LATE_TURN) as source,
     ):
         events = source.aiter_sse()
         assert (await anext(events)).event == "turn_start"
@@ -162,22 +140,7 @@ async def test_a_replica_killed_mid_turn_frees_the_session_when_its_lease_lapses
             assert_error(await other.delete(f"/sessions/{session_id}"), 409, "turn_in_progress")
         doomed.signal(signal.SIGKILL)
         await doomed.exit_code()
-
-    refused = await turn(survivor, session_id, "anyone there?")
-    assert_error(refused, 409, "turn_in_progress")
-    # The lease lapses (it is never renewed again); then the session answers on its own.
-    deadline = time.monotonic() + 10 * LEASE_SECONDS
-    while (answered := await turn(survivor, session_id, "anyone there?")).status_code == 409:
-        assert time.monotonic() < deadline, "the dead replica's lease never lapsed"
-        await asyncio.sleep(0.2)
-    assert answered.status_code == 200, answered.text
-
-    stored = contents(await history(survivor, session_id))
-    # The killed turn's input is there; its unfinished reply is not, not even in part.
-    assert ("user", "/sleep 10\nlate") in stored
-    assert not any(r == "assistant" and "late" in json.dumps(c) for r, c in stored)
-    assert stored[-2] == ("user", "anyone there?")
-    assert stored[-1][0] == "assistant"
+    await assert_freed_once_the_lease_lapses(survivor, session_id)
 
 
 async def test_a_database_restart_during_idle_is_survived_and_downtime_is_a_503(
