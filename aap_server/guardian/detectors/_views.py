@@ -212,7 +212,8 @@ _CONFUSABLES = {
 _CONFUSABLE_TABLE = str.maketrans(_CONFUSABLES)
 _CONFUSABLE = re.compile("[" + "".join(_CONFUSABLES) + "]")
 _RUNS = re.compile(f"([{_DROPPED}]+)|[^\x00-\x7f{_DROPPED}]+")
-_ASCII_WORD_RUN = re.compile("[0-9A-Za-z_]+")
+_ASCII_THEN_CONFUSABLE = re.compile("[0-9A-Za-z_]" + _CONFUSABLE.pattern)
+_CONFUSABLE_THEN_ASCII = re.compile(_CONFUSABLE.pattern + "[0-9A-Za-z_]")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
 _DROPPED_ONE = re.compile(f"[{_DROPPED}]")
@@ -331,19 +332,22 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
 
 def _fold_mixed_words(text: str) -> str:
     """Look-alikes folded to Latin in the words that mix them with ASCII letters or digits.
-    Such a word has an ASCII run next to a look-alike, so only the ASCII runs are looked at
-    (a regex with the look-alikes' class is slow on the other scripts' text), and each word
-    once (at most `_MAX_FOLDED_WORD` characters each side of the run)."""
+    Such a word has an ASCII word character next to a look-alike: those places are found by
+    two regex searches (each starting with a character class), and each word is folded once
+    (at most `_MAX_FOLDED_WORD` characters each side)."""
+    places = sorted(
+        [m.start() for m in _ASCII_THEN_CONFUSABLE.finditer(text)]
+        + [m.start() for m in _CONFUSABLE_THEN_ASCII.finditer(text)]
+    )
+    if not places:
+        return text
     pieces: list[str] = []
     last = 0
     size = len(text)
-    for m in _ASCII_WORD_RUN.finditer(text):
-        start, end = m.span()
-        if start < last or not (
-            (start > 0 and text[start - 1] in _CONFUSABLES)
-            or (end < size and text[end] in _CONFUSABLES)
-        ):
+    for at in places:
+        if at < last:
             continue
+        start, end = at, at + 2
         low, high = max(last, start - _MAX_FOLDED_WORD), min(size, end + _MAX_FOLDED_WORD)
         while start > low and (text[start - 1].isalnum() or text[start - 1] == "_"):
             start -= 1
@@ -351,8 +355,6 @@ def _fold_mixed_words(text: str) -> str:
             end += 1
         pieces += [text[last:start], text[start:end].translate(_CONFUSABLE_TABLE)]
         last = end
-    if not pieces:
-        return text
     return "".join(pieces) + text[last:]
 
 
