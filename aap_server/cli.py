@@ -204,9 +204,9 @@ def serve(args: argparse.Namespace) -> int:
     # made small turns wait behind an attacker's scans; 1 ms bounds that hand-off.
     sys.setswitchinterval(0.001)
 
-    def run(sockets: list[socket.socket] | None = None) -> None:
+    def run(sockets: list[socket.socket] | None = None, banner: bool = True) -> None:
         try:
-            app = create_app(settings)
+            app = create_app(settings, banner=banner)
         except TracingError as error:
             raise ConfigError(str(error)) from error
         tune_gc()
@@ -228,15 +228,22 @@ def serve(args: argparse.Namespace) -> int:
         run()
         return 0
     from aap_server.api.workers import bind, run_workers
+    from aap_server.telemetry import provider_from_environment
 
+    try:  # a tracing set-up every worker would refuse: said once, before any starts
+        provider = provider_from_environment(package_version())
+    except TracingError as error:
+        raise ConfigError(str(error)) from error
+    if provider is not None:
+        provider.shutdown()  # its export thread must not be running across the fork
     try:
         listener = bind(settings.host, settings.port)
     except OSError as error:
         raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {error}") from error
 
-    def run_worker(sock: socket.socket) -> None:
+    def run_worker(sock: socket.socket, number: int) -> None:
         try:
-            run([sock])
+            run([sock], banner=number == 1)  # one banner, not one per worker
         except ConfigError as error:  # e.g. an agent that fails to load: each worker's own
             print(f"aap-server: {error}", file=sys.stderr)
             raise SystemExit(2) from error

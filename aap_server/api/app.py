@@ -144,9 +144,11 @@ def create_app(
     store: SessionStore | None = None,
     guardian: Guardian | None = None,
     tracer_provider: TracerProvider | None = None,
+    banner: bool = True,
 ) -> Litestar:
     """An ASGI app serving `agents` (default: those the settings name, see runtime/loading).
-    Spans go to `tracer_provider`, else where the `OTEL_*` variables say (if anywhere)."""
+    Spans go to `tracer_provider`, else where the `OTEL_*` variables say (if anywhere).
+    `banner`: log the start-up banner (`serve --workers N`: the first worker only)."""
     if agents is None:
         agents = load_agents(
             declared=settings.agents,
@@ -212,14 +214,15 @@ def create_app(
         await store.open()
         # Before serving: tools found outside (MCP servers' lists) pass the guardian first.
         await screen_discovered_tools(service.registry, service.guardian, store)
-        log_banner(
-            settings,
-            hosted_agents,
-            policy,
-            guardian_names(settings),
-            app_version,
-            tracer is not None,
-        )
+        if banner:
+            log_banner(
+                settings,
+                hosted_agents,
+                policy,
+                guardian_names(settings),
+                app_version,
+                tracer is not None,
+            )
         watcher.append(
             asyncio.create_task(prune_audit_forever(store, settings.audit_retention_days))
         )

@@ -45,20 +45,22 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _fork_worker(serve: Callable[[socket.socket], None], listener: socket.socket) -> int:
+def _fork_worker(
+    serve: Callable[[socket.socket, int], None], listener: socket.socket, number: int
+) -> int:
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
-        for number in _FORWARDED:
-            signal.signal(number, signal.SIG_DFL)
+        for forwarded in _FORWARDED:
+            signal.signal(forwarded, signal.SIG_DFL)
         # A reload signal must never kill a worker: ignored unless a policy file is watched
         # (the app then installs its own handler).
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         os.setpgid(0, 0)
         _die_with_parent()
-        serve(listener)
+        serve(listener, number)
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
@@ -69,9 +71,12 @@ def _fork_worker(serve: Callable[[socket.socket], None], listener: socket.socket
         os._exit(code)
 
 
-def run_workers(serve: Callable[[socket.socket], None], listener: socket.socket, count: int) -> int:
-    """Run `serve(listener)` in `count` forked workers until they have all exited."""
-    workers: dict[int, float] = {}  # pid -> when it started
+def run_workers(
+    serve: Callable[[socket.socket, int], None], listener: socket.socket, count: int
+) -> int:
+    """Run `serve(listener, number)` in `count` forked workers (numbered from 1; a restarted
+    worker takes the number of the one it replaces) until they have all exited."""
+    workers: dict[int, tuple[int, float]] = {}  # pid -> its number, when it started
     signalled: list[int] = []
     exit_code = 0
 
@@ -83,16 +88,17 @@ def run_workers(serve: Callable[[socket.socket], None], listener: socket.socket,
 
     previous = {number: signal.signal(number, forward) for number in _FORWARDED}
     try:
-        for _ in range(count):
-            workers[_fork_worker(serve, listener)] = time.monotonic()
+        for number in range(1, count + 1):
+            workers[_fork_worker(serve, listener, number)] = (number, time.monotonic())
         # The parent keeps the listener open (it never accepts): a restarted worker is forked
         # with it, and connections queue in its backlog while a worker is being replaced.
         logger.info("serving with %d workers: %s", count, ", ".join(map(str, workers)))
         while workers:
             pid, status = os.waitpid(-1, 0)
-            started = workers.pop(pid, None)
-            if started is None:
+            worker = workers.pop(pid, None)
+            if worker is None:
                 continue
+            number, started = worker
             if signalled:
                 continue
             if os.WIFSIGNALED(status):
@@ -100,7 +106,7 @@ def run_workers(serve: Callable[[socket.socket], None], listener: socket.socket,
                 logger.warning("worker %d died (%s); starting another", pid, name)
                 if time.monotonic() - started < _RESTART_PAUSE_SECONDS:
                     time.sleep(_RESTART_PAUSE_SECONDS)
-                workers[_fork_worker(serve, listener)] = time.monotonic()
+                workers[_fork_worker(serve, listener, number)] = (number, time.monotonic())
                 continue
             exit_code = os.waitstatus_to_exitcode(status) or 1
             logger.error("worker %d exited (%d); stopping the others", pid, exit_code)

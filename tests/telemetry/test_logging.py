@@ -54,7 +54,7 @@ def server(tmp_path: Path, **env: str) -> Iterator[Server]:
             **clean,
             "AAP_DB": str(tmp_path / "aap.db"),
             "AAP_API_KEYS": f"{KEY}:alice:acme",
-            "AAP_WORKERS": "1",  # one process's lines (each worker logs its own banner)
+            "AAP_WORKERS": "1",  # one process's lines (workers: see the test of their own)
             **env,
         },
         stdout=subprocess.DEVNULL,
@@ -147,6 +147,20 @@ def test_json_lines_for_every_logger(tmp_path: Path) -> None:
     text = "\n".join(lines)
     assert KEY not in text
     assert SECRET_OPTION not in text
+
+
+def test_workers_log_one_banner_and_every_workers_requests(tmp_path: Path) -> None:
+    with server(tmp_path, AAP_LOG_FORMAT="json", AAP_WORKERS="2") as running:
+        session_id, _ = traffic(running.url)
+        lines = running.stop()
+    records: list[dict[str, Any]] = [json.loads(line) for line in lines if line.strip()]
+    banners = [r for r in records if r["message"].startswith("aap-server ")]
+    assert len(banners) == 1, banners  # not one per worker
+    assert any(r["message"].startswith("serving with 2 workers") for r in records), records
+    access = [
+        (r["method"], r["path"], r["status"]) for r in records if r["logger"] == "aap_server.access"
+    ]
+    assert ("POST", f"/sessions/{session_id}/turns", 200) in access
 
 
 def test_console_format_is_one_readable_line_per_record(tmp_path: Path) -> None:
