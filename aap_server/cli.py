@@ -11,12 +11,12 @@ import os
 import socket
 import sqlite3
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
+from aap_server import package_version
 from aap_server.config import ConfigError, Settings, is_loopback, load_settings
 from aap_server.guardian.policy import PolicyError
 from aap_server.runtime.loading import AgentLoadError
@@ -367,13 +367,6 @@ def audit_verify(args: argparse.Namespace) -> int:
     chains, entries, broken = asyncio.run(run())
     print(f"{chains} chains, {entries} entries verified, {broken} broken")
     return 1 if broken else 0
-
-
-def package_version() -> str:
-    try:
-        return version("aap-server")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "0.0.0"
 
 
 Commands = argparse._SubParsersAction  # what `add_subparsers` returns

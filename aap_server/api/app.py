@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from litestar import Litestar
 from litestar.datastructures import State
 
+from aap_server import package_version
 from aap_server.agent import Agent
 from aap_server.api.a2a import get_a2a_agent_card, post_a2a
 from aap_server.api.aos_endpoint import get_aos_audit, post_aos
@@ -32,7 +33,6 @@ from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, get_meta
 from aap_server.api.turn_route import TurnRoute
-from aap_server.cli import package_version  # the command's --version: one definition
 from aap_server.config import ConfigError, Settings
 from aap_server.guardian import Guardian
 from aap_server.guardian.aom import AomGuardian
