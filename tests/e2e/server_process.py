@@ -81,7 +81,7 @@ class ServerProcess:
 @asynccontextmanager
 async def server_process(workdir: Path, *args: str, **env: str) -> AsyncIterator[ServerProcess]:
     """`aap-server serve ARGS` (e.g. `--config FILE`) with the database in `workdir`, alice's and
-    bob's keys and `env` (`AAP_*` settings); answers `GET /meta` before this yields; killed if
+    bob's keys and `env` (`AAP_*` settings; one worker unless `AAP_WORKERS` says); answers `GET /meta` before this yields; killed if
     still running."""
     port = free_port()
     environment = {
@@ -90,6 +90,8 @@ async def server_process(workdir: Path, *args: str, **env: str) -> AsyncIterator
         "AAP_DB": str(workdir / "aap.db"),
         "AAP_API_KEYS": "key-alice:alice:acme,key-bob:bob:acme",
         "AAP_LOG_LEVEL": "warning",
+        # One process unless a test asks for workers: signals go to the process started here.
+        "AAP_WORKERS": "1",
         **env,
     }
     log = workdir / "server.log"
