@@ -146,17 +146,18 @@ class FairScanPool:
                 while job is None:
                     self._lock.wait()
                     job = self._next()
+            result: Any = None
+            failure: BaseException | None = None
             try:
                 result = job.run()
             except BaseException as error:  # handed to the waiter, which re-raises it
-                _deliver(job, None, error)
-            else:
-                _deliver(job, result, None)
-            finally:
-                with self._lock:
-                    self._running.discard(job.caller)
-                    self._finished(job.caller)
-                    self._lock.notify_all()
+                failure = error
+            # The job no longer counts before its waiter hears of it (`queued` is exact then).
+            with self._lock:
+                self._running.discard(job.caller)
+                self._finished(job.caller)
+                self._lock.notify_all()
+            _deliver(job, result, failure)
 
 
 def _deliver(job: _Job[Any], result: Any, error: BaseException | None) -> None:

@@ -105,11 +105,7 @@ class PrincipalLimits:
         self._turns[owner] = running + 1
 
     def end_turn(self, owner: str) -> None:
-        running = self._turns.get(owner, 0) - 1
-        if running > 0:
-            self._turns[owner] = running
-        else:
-            self._turns.pop(owner, None)
+        _release(self._turns, owner)
 
     def running_turns(self, owner: str) -> int:
         return self._turns.get(owner, 0)
@@ -129,11 +125,16 @@ class PrincipalLimits:
         self._aos[owner] = running + 1
 
     def end_aos_request(self, owner: str) -> None:
-        running = self._aos.get(owner, 0) - 1
-        if running > 0:
-            self._aos[owner] = running
-        else:
-            self._aos.pop(owner, None)
+        _release(self._aos, owner)
+
+
+def _release(running: dict[str, int], owner: str) -> None:
+    """One of `owner`'s running requests ended (no entry kept for an owner with none)."""
+    left = running.get(owner, 0) - 1
+    if left > 0:
+        running[owner] = left
+    else:
+        running.pop(owner, None)
 
 
 # Bytes of a body scanned per event-loop pass while its JSON values are counted (a few C
