@@ -435,11 +435,19 @@ def plan_reply(request: ModelRequest) -> Reply:
     return Reply(outputs=outputs, sleep=parsed.sleep, fail=parsed.fail)
 
 
+# Planning is pure Python over the newest message: a huge one is planned on a thread so the
+# event loop keeps answering other clients (for a small one the hand-off costs more).
+PLAN_ON_THREAD_CHARS = 64 * 1024
+
+
 class DemoModel(TurnModel):
     """Plays the planned reply: sleeps, streams the outputs, and fails if asked to."""
 
     async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
-        reply = plan_reply(request)
+        if len(_newest_user_text(request.history)) > PLAN_ON_THREAD_CHARS:
+            reply = await asyncio.to_thread(plan_reply, request)
+        else:
+            reply = plan_reply(request)
         if reply.sleep > 0:
             await asyncio.sleep(reply.sleep)
         for output in reply.outputs:

@@ -3,6 +3,7 @@ run against a tiny in-memory double of the server's `ToolContext`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from agents.demo import AGENT
 from agents.demo_model import (
     MAX_LONG_WORDS,
     MAX_SLEEP_SECONDS,
+    PLAN_ON_THREAD_CHARS,
     REFUSAL,
     chunk_text,
     message_text,
@@ -547,3 +549,33 @@ async def test_memory_keeps_the_last_twenty_items() -> None:
     assert len(recalled) == MAX_MEMORIES
     assert recalled[0] == "item 5"
     assert recalled[-1] == "item 24"
+
+
+async def test_a_huge_message_is_planned_while_the_loop_serves_others() -> None:
+    """Echoing a huge message is pure Python work: it runs on a thread, so other clients'
+    requests (here: a task waking every loop pass) go on meanwhile; a small one stays inline."""
+
+    async def loop_passes_while(text: str) -> tuple[int, list[ModelOutput]]:
+        passes = 0
+        running = True
+
+        async def other_client() -> None:
+            nonlocal passes
+            while running:
+                passes += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(other_client())
+        await asyncio.sleep(0)
+        before = passes
+        outputs = [output async for output in AGENT.model.respond(request_for(text))]
+        running = False
+        await ticker
+        return passes - before, outputs
+
+    huge = "word " * (PLAN_ON_THREAD_CHARS // 4)
+    passes, outputs = await loop_passes_while(huge)
+    assert passes > 0  # planned on a thread; inline planning gives other tasks no pass at all
+    assert "word word" in "".join(o.text for o in outputs if isinstance(o, TextDelta))
+    small_passes, _ = await loop_passes_while("hello")
+    assert small_passes == 0  # no hand-off for an ordinary message

@@ -81,8 +81,8 @@ class ServerProcess:
 @asynccontextmanager
 async def server_process(workdir: Path, *args: str, **env: str) -> AsyncIterator[ServerProcess]:
     """`aap-server serve ARGS` (e.g. `--config FILE`) with the database in `workdir`, alice's and
-    bob's keys and `env` (`AAP_*` settings; one worker unless `AAP_WORKERS` says); answers `GET /meta` before this yields; killed if
-    still running."""
+    bob's keys and `env` (`AAP_*` settings; one worker unless `AAP_WORKERS` says); answers
+    `GET /meta` before this yields; killed if still running."""
     port = free_port()
     environment = {
         **os.environ,
