@@ -61,12 +61,20 @@ MAX_LINE_PRINTS = 4096
 MAX_PRIVATE_PRINTS = 1024
 MAX_PLACEHOLDERS = 1024
 MAX_PLACEHOLDER_VALUE = 512
+# Tool-call counts are kept for at most this many tool names of at most this many characters;
+# the calls of any other tool share one count (`OTHER_TOOLS`), so a rule on one tool's calls
+# may count too many (deny sooner), never too few, and no caller inventing tool names can grow
+# a session's memory.
+MAX_COUNTED_TOOLS = 256
+MAX_COUNTED_TOOL_NAME = 128
+OTHER_TOOLS = "(other tools)"
 # Fingerprints are 8 bytes, placeholders at most their value plus a short name.
 MAX_SESSION_BYTES = (
     8 * (2 * MAX_LINE_PRINTS + MAX_PRIVATE_PRINTS)
     + MAX_PLACEHOLDERS * (MAX_PLACEHOLDER_VALUE + 64)
     + 8 * (MAX_TRUSTED_PRINTS + MAX_UNTRUSTED_PRINTS)
     + 48 * MAX_CALLS
+    + (MAX_COUNTED_TOOL_NAME + 48) * (MAX_COUNTED_TOOLS + 1)
     + 16_384
 )
 
@@ -398,7 +406,24 @@ class SessionFacts:
             + 8 * (len(self.untrusted_lines) + len(self.private_lines) + len(self.private_values))
             + self._placeholder_bytes
             + self.provenance.size()
+            + (MAX_COUNTED_TOOL_NAME + 48) * len(self.calls_by_tool)
         )
+
+    def _tool_key(self, tool: str) -> str:
+        """Where a tool's calls are counted (see `MAX_COUNTED_TOOLS`)."""
+        if tool in self.calls_by_tool:
+            return tool
+        if len(tool) > MAX_COUNTED_TOOL_NAME or len(self.calls_by_tool) >= MAX_COUNTED_TOOLS:
+            return OTHER_TOOLS
+        return tool
+
+    def calls_of(self, tool: str) -> int:
+        """How many calls of `tool` this session made (at least)."""
+        return self.calls_by_tool.get(self._tool_key(tool), 0)
+
+    def count_call(self, tool: str) -> None:
+        key = self._tool_key(tool)
+        self.calls_by_tool[key] = self.calls_by_tool.get(key, 0) + 1
 
     def _prints(self) -> tuple[Prints, ...]:
         provenance = self.provenance
@@ -581,7 +606,8 @@ class SessionFacts:
         self.calls_in_turn = count(self.calls_in_turn, stored.calls_in_turn)
         self.calls_in_session = count(self.calls_in_session, stored.calls_in_session)
         for tool, calls in stored.calls_by_tool.items():
-            self.calls_by_tool[tool] = count(self.calls_by_tool.get(tool, 0), calls)
+            key = self._tool_key(tool)
+            self.calls_by_tool[key] = count(self.calls_by_tool.get(key, 0), calls)
         self.untrusted_seen |= stored.untrusted_seen
         self.forgotten |= stored.forgotten
         self.untrusted_lines.add_all(stored.untrusted_lines)

@@ -329,7 +329,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         checks = [
             (session.tool_calls_in_turn_at_least, facts.calls_in_turn),
             (session.tool_calls_in_session_at_least, facts.calls_in_session),
-            (session.calls_of_this_tool_at_least, facts.calls_by_tool.get(view.tool or "", 0)),
+            (session.calls_of_this_tool_at_least, facts.calls_of(view.tool or "")),
         ]
         for threshold, count in checks:
             if threshold is not None and count < threshold:
@@ -578,7 +578,7 @@ class PolicyGuardian(Guardian):
             facts.changed = True
             facts.calls_in_turn += 1
             facts.calls_in_session += 1
-            facts.calls_by_tool[view.tool] = facts.calls_by_tool.get(view.tool, 0) + 1
+            facts.count_call(view.tool)
         if view.method in UNTRUSTED_METHODS:
             facts.changed = True
             facts.untrusted_seen = True

@@ -284,3 +284,34 @@ def test_a_forgotten_tainted_session_comes_back_tainted_up_to_the_limit() -> Non
         cache.facts(clean)
     assert cache.forgotten_overflowed
     assert cache.facts("never-seen-either").forgotten
+
+
+async def test_invented_tool_names_cannot_grow_a_sessions_memory() -> None:
+    """A `POST /aos` caller names its tools: thousands of made-up (and huge) names keep the
+    session's memory within its cap, and a limit on one tool's calls still holds for the
+    names past the counted ones (their calls share one count: too many, never too few)."""
+    text = """
+version = 1
+[[rules]]
+id = "second-call-of-a-tool"
+action = "deny"
+reason_code = "too_many_calls"
+match.method = ["steps/toolCallRequest"]
+match.session.calls_of_this_tool_at_least = 1
+"""
+    guardian = PolicyGuardian(parse_policy(text.encode()))
+    names = [f"tool_{i:05d}_{'x' * 100}" for i in range(3_000)] + ["y" * 100_000]
+    for number, name in enumerate(names):
+        request = steps().tool_call_request(f"c{number}", name, {"a": "1"})
+        verdict = await guardian.check(request)
+        if number < 200:  # within the counted names (MAX_COUNTED_TOOLS)
+            assert verdict.decision == "allow", number  # its first call
+    exported = guardian.export_session("sess_1")
+    assert exported is not None
+    assert len(exported.record) < 64 * 1024
+    # The first tool, counted by name: its second call is denied...
+    again = steps().tool_call_request("d1", names[0], {"a": "1"})
+    assert (await guardian.check(again)).decision == "deny"
+    # ...and a name past the counted ones shares a count that is already past the limit.
+    late = steps().tool_call_request("d2", "tool_never_seen", {"a": "1"})
+    assert (await guardian.check(late)).decision == "deny"
