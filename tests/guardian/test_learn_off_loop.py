@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import msgspec
 import pytest
 
 from aap_server import aos
@@ -15,6 +16,8 @@ from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import INLINE_SCAN_BYTES, PolicyGuardian
 from aap_server.guardian.provenance import Provenance, ToolFacts
 from aap_server.protocol import TextContentBlock
+from aap_server.runtime.principal import Principal
+from aap_server.runtime.steps import StepFactory
 from tests.guardian.test_policy import steps
 
 # ~900 KB of words and values, under the default 1 MB scan limit.
@@ -88,3 +91,19 @@ async def test_what_is_learnt_ahead_is_what_learning_on_the_loop_learnt(
     facts = guardian._hosted.get("sess_1")
     assert facts is not None
     assert facts.provenance.export() == expected.export()
+
+
+async def test_long_instructions_are_learnt_off_the_loop(loop_word_texts: list[int]) -> None:
+    # A `POST /aos` caller names the agent's instructions: they may be long and change at
+    # every step, and are taken in (as trusted) whenever they change.
+    factory = steps()
+    agent = msgspec.structs.replace(factory._agent, instructions=BIG)
+    alice = Principal(user_id="alice", org_id="acme")
+    small = StepFactory(agent=agent, session_id="sess_1", turn_id="turn_1", principal=alice)
+    guardian = PolicyGuardian(default_policy())
+    verdict = await guardian.check(small.message("user", [TextContentBlock(text="hello")]))
+    assert verdict.decision == "allow"
+    facts = guardian._hosted.get("sess_1")
+    assert facts is not None
+    assert facts.provenance.given_by_user("DE89370400440532013000")  # learnt, from instructions
+    assert [n for n in loop_word_texts if n > INLINE_SCAN_BYTES] == []
