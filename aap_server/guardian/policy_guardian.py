@@ -187,7 +187,8 @@ class _Step:
         self.content_prints: list[int] = []
         self._tool_facts: ToolFacts | None = None
         self._call: Call | None = None
-        # What provenance learning takes in from the texts, computed here, not on the loop.
+        # What provenance learning takes in from the texts, computed in the scan worker for a
+        # step scanned there (an inline step's few words are taken in on the loop).
         self.learned: LearnedWords = {}
 
     def scan(self, text: str) -> list[Finding]:
@@ -227,7 +228,6 @@ class _Step:
             tail = "\n".join(view.texts)[-TRACKED_TAIL_CHARS:]
             prints.update(dict.fromkeys(chunk_prints(tail)[-MAX_LINE_PRINTS // 2 :]))
             self.content_prints = list(prints)[-MAX_LINE_PRINTS:]
-        self.learned = words_to_learn(self.request, view.texts)
         if arguments:
             self.prepare_arguments()
 
@@ -636,6 +636,8 @@ def _prepare_quietly(step: _Step) -> None:
         return
     with contextlib.suppress(ScanCancelled):  # nobody waits for it any more
         step.prepare(arguments=True)
+        if not step.cancelled:
+            step.learned = words_to_learn(step.request, step.view.texts)
 
 
 def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:
