@@ -143,8 +143,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_blocks_per_message: int = 100
     max_tools_per_request: int = 128
     max_option_bytes: int = 4096
-    # JSON values (array items, object members) in one `POST /aos` body, counted before it is
-    # decoded: decoding holds the event loop ~0.3 µs a value.
+    # JSON values (array items, object members) in one `POST /aos`, `POST /sessions` or turn
+    # body, counted before it is decoded: decoding holds the event loop ~0.3 µs a value.
     max_json_values_per_request: int = 100_000
     # A guardian `modify` of client input refuses it instead, and refused input is not stored
     # (README "History": keeps raw sensitive input out of storage; `full` is exact otherwise).

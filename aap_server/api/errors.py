@@ -21,7 +21,7 @@ from aap_server.runtime import (
     NotFoundError,
     UnavailableError,
 )
-from aap_server.runtime.limits import RateLimitedError
+from aap_server.runtime.limits import RateLimitedError, TooManyJsonValuesError
 from aap_server.store import QuotaExceededError, StoreUnavailableError
 
 logger = logging.getLogger("aap_server.api")
@@ -31,6 +31,7 @@ STATUS_BY_ERROR: dict[type[AapError], int] = {
     NotFoundError: 404,
     ConflictError: 409,
     RateLimitedError: 429,
+    TooManyJsonValuesError: 413,
     UnavailableError: 503,
 }
 

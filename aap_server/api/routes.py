@@ -43,6 +43,7 @@ from aap_server.runtime import (
     message_view,
     none_view,
 )
+from aap_server.runtime.limits import check_json_values
 from aap_server.store import HistoryPage
 
 Caller = NamedDependency[Principal]
@@ -50,6 +51,15 @@ PageCursor = Annotated[
     str | None, Parameter(description="The `next` cursor of the previous page", max_length=512)
 ]
 SessionId = Annotated[str, Parameter(description="The session id returned by POST /sessions")]
+
+
+async def _json_values_within_limit(request: Request[Any, Any, Any]) -> None:
+    """Before Litestar decodes a body (one C call holding the event loop ~0.3 µs a value):
+    more than `max_json_values_per_request` values is refused undecoded (413). The body read
+    here is the one Litestar then decodes."""
+    await check_json_values(
+        await request.body(), request.app.state.settings.max_json_values_per_request
+    )
 
 
 def _service(request: Request[Any, Any, Any]) -> AapService:
@@ -118,6 +128,7 @@ class SessionsController(Controller):
         summary="Create a new session",
         status_code=HTTP_201_CREATED,
         responses=ERROR_RESPONSES(400, 401, 413, 429, 503),
+        before_request=_json_values_within_limit,
     )
     async def create_session(
         self,
@@ -242,6 +253,7 @@ class SessionsController(Controller):
         summary="Send a new turn to an existing session",
         status_code=HTTP_200_OK,
         responses=ERROR_RESPONSES(400, 401, 404, 409, 413, 429, 503),
+        before_request=_json_values_within_limit,
     )
     async def post_turn(
         self,

@@ -4,8 +4,9 @@ that need none of it.
 A turn is the request a client sends most, and Litestar's routing, guard, dependency
 injection, signature model and response object cost more CPU than a whole bare POST
 (bench/README.md). This ASGI layer sits in front of Litestar and answers a turn itself when
-everything about it is ordinary: a known API key, a body within `max_body_bytes` that decodes
-strictly into `PostSessionTurnRequest`, the server not draining. Anything else (a missing or
+everything about it is ordinary: a known API key, a body within `max_body_bytes` and
+`max_json_values_per_request` (counted before decoding) that decodes strictly into
+`PostSessionTurnRequest`, the server not draining. Anything else (a missing or
 unknown key, a malformed or oversized body, a drain) goes on to the Litestar route with the
 body replayed, so every refusal is the one the declared route gives, and the OpenAPI document
 still describes the route. What the turn itself raises is answered by the same exception
@@ -29,7 +30,7 @@ from aap_server.api.sse import EventStream, sse_frames
 from aap_server.config import Settings
 from aap_server.protocol import PostSessionTurnRequest
 from aap_server.runtime import AapService, delta_view, message_view, none_view
-from aap_server.runtime.limits import PrincipalLimits
+from aap_server.runtime.limits import PrincipalLimits, json_values_within
 
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
 _TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
@@ -63,6 +64,7 @@ class TurnRoute:
         self.limits = limits
         self.drain = drain
         self.max_body = settings.max_body_bytes
+        self.max_json_values = settings.max_json_values_per_request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = None
@@ -77,7 +79,10 @@ class TurnRoute:
         read: list[ReceiveMessage] = []  # what was taken from `receive`, for a replay
         try:
             principal = self.authenticator.principal(_header(scope, b"authorization"))
-            request = _decoder.decode(await self._body(scope, receive, read))
+            body = await self._body(scope, receive, read)
+            if not await json_values_within(body, self.max_json_values):
+                raise _Declined  # the declared route refuses it, undecoded
+            request = _decoder.decode(body)
         except Exception:  # no key, a bad one, a body that is not an ordinary turn, ...
             await self.app(scope, _replaying(read, receive), send)
             return

@@ -68,7 +68,16 @@ from aap_server.guardian.policy import (
     Policy,
     Rule,
 )
-from aap_server.guardian.provenance import Call, ToolFacts, call_of, tool_facts
+from aap_server.guardian.provenance import (
+    AHEAD_INSTRUCTIONS_CHARS,
+    Call,
+    LearnedWords,
+    ToolFacts,
+    call_of,
+    instructions_of,
+    tool_facts,
+    words_to_learn,
+)
 from aap_server.guardian.scan_pool import FairScanPool, LoopSlice, ScanQueueFull
 from aap_server.guardian.screen import screen_for
 
@@ -178,6 +187,9 @@ class _Step:
         self.content_prints: list[int] = []
         self._tool_facts: ToolFacts | None = None
         self._call: Call | None = None
+        # What provenance learning takes in from the texts, computed in the scan worker for a
+        # step scanned there (an inline step's few words are taken in on the loop).
+        self.learned: LearnedWords = {}
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)` over the families the policy can use on this step, once per text:
@@ -480,8 +492,13 @@ class PolicyGuardian(Guardian):
             step = _Step(request, view, policy, families)
             if size > policy.limits.max_scan_bytes:
                 verdict = _over_limit(policy, size)
+                if verdict.decision != "deny":  # learnt from, unscanned: words off the loop
+                    step.learned = await _SCANS.run(
+                        caller, lambda: words_to_learn(request, view.texts)
+                    )
             else:
-                if inline and size <= INLINE_SCAN_BYTES:
+                short = len(instructions_of(request)) < AHEAD_INSTRUCTIONS_CHARS
+                if inline and size <= INLINE_SCAN_BYTES and short:
                     await self._slice.take(size)
                     step.prepare()
                 else:
@@ -573,7 +590,9 @@ class PolicyGuardian(Guardian):
         view = step.view
         if verdict.decision == "deny":
             return
-        facts.changed |= facts.provenance.learn(step.request, view.texts, step.tool_facts())
+        facts.changed |= facts.provenance.learn(
+            step.request, view.texts, step.tool_facts(), step.learned
+        )
         if view.method == "steps/toolCallRequest" and view.tool is not None:
             facts.changed = True
             facts.calls_in_turn += 1
@@ -617,6 +636,8 @@ def _prepare_quietly(step: _Step) -> None:
         return
     with contextlib.suppress(ScanCancelled):  # nobody waits for it any more
         step.prepare(arguments=True)
+        if not step.cancelled:
+            step.learned = words_to_learn(step.request, step.view.texts)
 
 
 def _over_limit(policy: Policy, size: int) -> aos.AosSuccessResult:

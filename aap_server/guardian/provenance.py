@@ -22,7 +22,8 @@ of its words did (an e-mail address as a whole, a URL by its host).
 
 Bounded like the rest of the session memory: at most `MAX_TRUSTED_PRINTS` and
 `MAX_UNTRUSTED_PRINTS` fingerprints (oldest forgotten first) and `MAX_CALLS` tool-call ids; work
-per step is one pass over its text.
+per step is one pass over its text, done ahead where the step is scanned (`words_to_learn`, in
+a scan worker for a big step), so that `learn` on the event loop only merges fingerprints.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -98,6 +99,46 @@ def words_of(text: str, values_only: bool) -> list[int]:
     return prints
 
 
+# The fingerprints `learn` takes in, by (text, values_only), computed ahead by `words_to_learn`.
+LearnedWords = dict[tuple[str, bool], list[int]]
+# Instructions at least this long have their words computed ahead with the step's texts, and
+# the step is prepared in a scan worker (they repeat in every step: shorter ones cost less
+# taken in on the loop when they change than computed ahead at every step).
+AHEAD_INSTRUCTIONS_CHARS = 64 * 1024
+
+
+def _wanted(request: aos.AosRequest) -> tuple[bool, ...]:
+    """Which `values_only` forms of a step's texts `learn` may take in."""
+    params: Any = request.params
+    if isinstance(params, aos.MessageParams):
+        return (False,) if params.message.role == "user" else ()
+    if isinstance(params, aos.ToolCallResultParams):
+        # Whether its tool's output is trusted is known only when learning (session facts).
+        return (False, True)
+    if request.method in ("steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"):
+        return (True,)
+    return ()
+
+
+def words_to_learn(request: aos.AosRequest, texts: list[str]) -> LearnedWords:
+    """What `learn` would compute from a step's texts (and long instructions): linear in
+    them, touching no session state, so it can run in a scan worker."""
+    learned: LearnedWords = {}
+    for values_only in _wanted(request):
+        for text in texts:
+            if (text, values_only) not in learned:
+                learned[text, values_only] = words_of(text, values_only)
+    instructions = instructions_of(request)
+    if len(instructions) >= AHEAD_INSTRUCTIONS_CHARS:
+        learned[instructions, False] = words_of(instructions, values_only=False)
+    return learned
+
+
+def instructions_of(request: aos.AosRequest) -> str:
+    context: aos.StepContext | None = getattr(request.params, "context", None)
+    return (context.agent.instructions or "") if context is not None else ""
+
+
 class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
     """`Provenance` as stored with the session."""
 
@@ -138,15 +179,28 @@ class Provenance:
         provenance.instructions = stored.instructions
         return provenance
 
-    def learn(self, request: aos.AosRequest, texts: list[str], tool: ToolFacts | None) -> bool:
-        """Take in a step the guardian let through; whether anything changed."""
+    def learn(
+        self,
+        request: aos.AosRequest,
+        texts: list[str],
+        tool: ToolFacts | None,
+        learned: LearnedWords | None = None,
+    ) -> bool:
+        """Take in a step the guardian let through; whether anything changed. `learned`: the
+        step's `words_to_learn`, if computed ahead (what it lacks is computed here)."""
+        ahead = learned or {}
+
+        def words(text: str, values_only: bool) -> list[int]:
+            found = ahead.get((text, values_only))
+            return words_of(text, values_only) if found is None else found
+
         params: Any = request.params
-        changed = self._learn_instructions(getattr(params, "context", None))
+        changed = self._learn_instructions(getattr(params, "context", None), words)
         method = request.method
         if isinstance(params, aos.MessageParams):
             if params.message.role == "user":
                 for text in texts:
-                    changed |= self.trusted.add_all(words_of(text, values_only=False))
+                    changed |= self.trusted.add_all(words(text, False))
         elif isinstance(params, aos.ToolCallRequestParams):
             call_id = params.tool_call_request.execution_id
             self.calls[call_id] = tool is not None and tool.trusted_output
@@ -158,13 +212,15 @@ class Provenance:
             trusted = self.calls.get(params.effective_execution_id or "", False)
             target = self.trusted if trusted else self.untrusted
             for text in texts:
-                changed |= target.add_all(words_of(text, values_only=not trusted))
+                changed |= target.add_all(words(text, not trusted))
         elif method in ("steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"):
             for text in texts:
-                changed |= self.untrusted.add_all(words_of(text, values_only=True))
+                changed |= self.untrusted.add_all(words(text, True))
         return changed
 
-    def _learn_instructions(self, context: aos.StepContext | None) -> bool:
+    def _learn_instructions(
+        self, context: aos.StepContext | None, words: Callable[[str, bool], list[int]]
+    ) -> bool:
         if context is None or not context.agent.instructions:
             return False
         instructions = context.agent.instructions
@@ -172,7 +228,7 @@ class Provenance:
         if seen == self.instructions:
             return False
         self.instructions = seen
-        self.trusted.add_all(words_of(instructions, values_only=False))
+        self.trusted.add_all(words(instructions, False))
         return True
 
     def trusted_result(self, call_id: str | None) -> bool:

@@ -38,6 +38,13 @@ class TooManyAosRequestsError(RateLimitedError):
     code = "too_many_aos_requests"
 
 
+class TooManyJsonValuesError(AapError):
+    """A request body holds more than `max_json_values_per_request` JSON values: refused
+    before it is decoded (413)."""
+
+    code = "too_many_json_values"
+
+
 class _Bucket:
     """A token bucket: `burst` tokens, refilled at `rate` a second."""
 
@@ -178,3 +185,14 @@ async def json_values_within(body: bytes, limit: int) -> bool:
             return False
         start = end
     return True
+
+
+async def check_json_values(body: bytes, limit: int) -> None:
+    """Raise `TooManyJsonValuesError` if the JSON `body` holds more than `limit` values
+    (`json_values_within`): before a request body is decoded."""
+    if not await json_values_within(body, limit):
+        raise TooManyJsonValuesError(
+            f"body: holds more than {limit} JSON values (max_json_values_per_request); "
+            "it was not decoded",
+            details={"limit": limit, "setting": "max_json_values_per_request"},
+        )
