@@ -61,7 +61,7 @@ def main() -> None:
                     client.post("/aos", json=in_session(aos_tool_result(10 + n, lines), "full"))
                 sizes = dict(
                     sqlite3.connect(db).execute(
-                        "SELECT session_id, length(memory) FROM caller_memory"
+                        "SELECT session_id, length(memory) + log_bytes FROM caller_memory"
                     )
                 )
                 ping = timed(client, PING, args.steps)

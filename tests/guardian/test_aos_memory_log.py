@@ -4,7 +4,7 @@ process reads only the records newer than the version it holds. Real guardian, r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +160,101 @@ async def test_records_another_replica_added_are_taken_in(tmp_path: Path) -> Non
     finally:
         await first_store.close()
         await second_store.close()
+
+
+class RacingStore(CountingStore):
+    """A real SQLite store on which, just before each save, `meanwhile` runs (another
+    replica storing a step of the same session)."""
+
+    meanwhile: Callable[[], Awaitable[None]] | None = None
+    saves = 0
+
+    async def save_caller_memory(
+        self,
+        caller: str,
+        session_id: str,
+        memory: bytes,
+        *,
+        tainted: bool,
+        version: int,
+        whole: bool = True,
+    ) -> bool:
+        self.saves += 1
+        if self.meanwhile is not None:
+            await self.meanwhile()
+        return await super().save_caller_memory(
+            caller, session_id, memory, tainted=tainted, version=version, whole=whole
+        )
+
+
+async def _other_replica_checks(store: SqliteSessionStore, request: aos.AosRequest) -> None:
+    """What another replica does for one step: read all, check, append what it learned."""
+    other = PolicyGuardian(default_policy())
+    stored = await store.load_caller_memory(CALLER, "s")
+    assert stored.memory is not None
+    other.import_session("s", [stored.memory, *stored.records])
+    await other.check(request)
+    exported = other.export_session("s")
+    assert exported is not None
+    assert await store.save_caller_memory(
+        CALLER, "s", exported.record, tainted=False, version=stored.version, whole=exported.whole
+    )
+
+
+@pytest.mark.usefixtures("in_caller_scope")
+async def test_a_check_that_lost_a_race_is_checked_again_from_the_newer_memory(
+    tmp_path: Path,
+) -> None:
+    store, other_store = (
+        RacingStore(str(tmp_path / "a.db")),
+        SqliteSessionStore(str(tmp_path / "a.db")),
+    )
+    await store.open()
+    await other_store.open()
+    try:
+        policy = PolicyGuardian(default_policy())
+        guardian = FailClosed(policy)
+        make = steps("s")
+        await check(guardian, store, make.tool_call_request("c0", "search", {}))
+        calls = iter(range(1, 100))
+
+        async def meanwhile() -> None:
+            step = make.tool_call_request(f"o{next(calls)}", "search", {})
+            await _other_replica_checks(other_store, step)
+
+        # Once: the check is made again from the memory with the other replica's step in it.
+        store.meanwhile, store.saves = meanwhile, 0
+        secret = "db password for prod is Zq8kLm2vNp9xRt and the ssn 078-05-1120"
+
+        async def race_once() -> None:
+            store.meanwhile = None
+            await meanwhile()
+
+        store.meanwhile = race_once
+        await check(guardian, store, wire(in_session(aos_tool_result(1, secret), "s")))
+        assert store.saves == 2
+        stored = await store.load_caller_memory(CALLER, "s")
+        assert stored.memory is not None
+        replayed = SessionFacts.from_records([stored.memory, *stored.records])
+        assert replayed.calls_in_session == 2  # its own first call and the other replica's
+        assert replayed.untrusted_seen  # and what this check learned
+        live = policy._cache(CALLER).get("s")
+        assert live is not None
+        assert live.encode_whole() == replayed.encode_whole()
+
+        # Always losing: denied after three attempts, nothing of this check stored.
+        store.meanwhile, store.saves = meanwhile, 0
+        verdict = await check(guardian, store, wire(aos_send_email(2, "s", "hello there")))
+        assert (store.saves, verdict.decision) == (3, "deny")
+        assert verdict.reason_code == ["guardian.memory_unavailable"]
+        # The next check, not racing, takes in all the other replica stored.
+        store.meanwhile = None
+        leak = await check(guardian, store, wire(aos_send_email(3, "s", secret)))
+        assert leak.decision == "deny"
+        final = await store.load_caller_memory(CALLER, "s")
+        assert final.memory is not None
+        # Its first call and the other replica's four (denied steps teach nothing).
+        assert SessionFacts.from_records([final.memory, *final.records]).calls_in_session == 5
+    finally:
+        await store.close()
+        await other_store.close()
