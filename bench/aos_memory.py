@@ -50,7 +50,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "aap.db"
-        env = {"AAP_DB": str(db), "AAP_API_KEYS": "key-a:alice:acme", "AAP_LOG_LEVEL": "warning"}
+        env = {
+            "AAP_DB": str(db),
+            "AAP_API_KEYS": "key-a:alice:acme",
+            "AAP_LOG_LEVEL": "warning",
+            "AAP_RATE_LIMIT_PER_SECOND": "0",  # the timed steps, not the rate limit
+        }
         process, base = start_server(env)
         try:
             headers = {"Authorization": "Bearer key-a"}
@@ -61,7 +66,7 @@ def main() -> None:
                     client.post("/aos", json=in_session(aos_tool_result(10 + n, lines), "full"))
                 sizes = dict(
                     sqlite3.connect(db).execute(
-                        "SELECT session_id, length(memory) FROM caller_memory"
+                        "SELECT session_id, length(memory) + log_bytes FROM caller_memory"
                     )
                 )
                 ping = timed(client, PING, args.steps)

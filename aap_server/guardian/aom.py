@@ -179,6 +179,9 @@ class AomGuardian(Guardian):
     def memory_not_stored(self, session_id: str) -> None:
         self.inner.memory_not_stored(session_id)
 
+    def extend_session(self, session_id: str, records: Sequence[bytes]) -> bool:
+        return self.inner.extend_session(session_id, records)
+
     def _session(self, context: aos.StepContext) -> _Session:
         key = (check_scope.get().namespace, context.session.id)
         session = self._sessions.get(key)

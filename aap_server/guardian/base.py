@@ -142,6 +142,12 @@ class Guardian(abc.ABC):
         """The last export of a session was not stored (its write failed): the next export
         must stand for everything."""
 
+    def extend_session(self, session_id: str, records: Sequence[bytes]) -> bool:
+        """Take in the change records stored after the ones this guardian last exported or
+        took back of a session, unchanged since; False (nothing done) when it holds no such
+        thing: then the session is taken back whole (`import_session`)."""
+        return False
+
 
 class AllowAll(Guardian):
     """Allows every step. The foundation's default until a policy engine is configured."""
@@ -197,6 +203,13 @@ class FailClosed:
             self.guardian.memory_not_stored(session_id)
         except Exception:
             logger.exception("guardian could not note the unstored memory of %s", session_id)
+
+    def extend_session(self, session_id: str, records: Sequence[bytes]) -> bool:
+        try:
+            return self.guardian.extend_session(session_id, records)
+        except Exception:  # then it is taken back whole
+            logger.exception("guardian could not extend the memory of session %s", session_id)
+            return False
 
 
 async def checked(

@@ -118,6 +118,9 @@ class GuardianChain(Guardian):
     def memory_not_stored(self, session_id: str) -> None:
         self.members[0].guardian.memory_not_stored(session_id)
 
+    def extend_session(self, session_id: str, records: Sequence[bytes]) -> bool:
+        return self.members[0].guardian.extend_session(session_id, records)
+
 
 def _with_data(
     verdict: AosSuccessResult,

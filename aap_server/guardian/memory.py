@@ -581,6 +581,20 @@ class SessionFacts:
             facts._exported(records[-1])
         return facts
 
+    def take_in_next(self, records: Sequence[bytes]) -> None:
+        """Apply the change records stored after the ones these facts were last exported as
+        or taken back from (as `from_records` would over all of them): costs what they hold."""
+        for record in records:
+            self._take_in(_memory_decoder.decode(record))
+            self._log_bytes += len(record)
+            self._count += 1
+        for prints in self._prints():
+            prints.take_touched()
+        for journal in self._journals():
+            journal.take_touched()
+        if records:
+            self._exported(records[-1])
+
     def take_in_also(self, records: Sequence[bytes]) -> None:
         """Add what stored `records` say to these facts, which know something they do not
         (the store was written elsewhere meanwhile): prints, placeholders and flags of both,

@@ -431,7 +431,7 @@ class PolicyGuardian(Guardian):
         facts = cache.get(session_id)
         if facts is None or not facts.pending():
             return None
-        return facts.export(whole=cache is not self._hosted)
+        return facts.export()
 
     def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
         cache = self._cache(check_scope.get().namespace)
@@ -460,6 +460,16 @@ class PolicyGuardian(Guardian):
         facts = self._cache(check_scope.get().namespace).get(session_id)
         if facts is not None:
             facts.export_whole_next()
+
+    def extend_session(self, session_id: str, records: Sequence[bytes]) -> bool:
+        cache = self._cache(check_scope.get().namespace)
+        held = cache.get(session_id)
+        if held is None or held.knows_more_than_stored():
+            return False
+        held.take_in_next(records)
+        cache.facts(session_id)  # (most recently used)
+        cache.resized(session_id)
+        return True
 
     def _cache(self, namespace: str) -> FactsCache:
         if not namespace:

@@ -221,14 +221,19 @@ class AuditChain(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CallerMemory(msgspec.Struct, frozen=True, kw_only=True):
-    """What the guardian remembers of one session of a POST /aos caller, as stored.
+    """What the guardian remembers of one session of a POST /aos caller, as stored: a
+    snapshot (`memory`, the guardian's whole export) and the change records after it
+    (`records`, oldest first), taken back in that order.
 
-    `memory` is the guardian's export (opaque here); None with `forgotten` when the session
-    was tainted and pushed out by the caller's byte cap (or the caller forgot too many such
-    sessions to name them): the guardian must take the worst. `version` is what a save must
-    name to replace it (0: nothing stored)."""
+    Read `after` a version the reader holds, only the records after it (`memory` None,
+    `after` set); else (`after` None) the snapshot and all records. `memory` None with
+    `forgotten` when the session was tainted and pushed out by the caller's byte cap (or the
+    caller forgot too many such sessions to name them): the guardian must take the worst.
+    `version` is what a save must name to add to it (0: nothing stored)."""
 
     memory: bytes | None = None
+    records: tuple[bytes, ...] = ()
+    after: int | None = None
     forgotten: bool = False
     version: int = 0
 
@@ -333,16 +338,30 @@ class SessionStore(abc.ABC):
     # -- POST /aos callers' guardian memory ------------------------------------------------
 
     @abc.abstractmethod
-    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
-        """The stored guardian memory of a caller's session (one indexed read)."""
+    async def load_caller_memory(
+        self, caller: str, session_id: str, after: int | None = None
+    ) -> CallerMemory:
+        """The stored guardian memory of a caller's session: with `after` (a version the
+        caller read or saved), only the records after it when they follow it (one indexed
+        row and a range of the log), else the snapshot and all its records."""
 
     @abc.abstractmethod
     async def save_caller_memory(
-        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+        self,
+        caller: str,
+        session_id: str,
+        memory: bytes,
+        *,
+        tainted: bool,
+        version: int,
+        whole: bool = True,
     ) -> bool:
-        """Replace the memory loaded at `version`; False (nothing written) if it changed
-        since. Keeps the caller under `StoreLimits.caller_memory_bytes` by pushing out its
-        least recently saved sessions (a `tainted` one is remembered as forgotten)."""
+        """Add one record to the memory loaded at `version`: a `whole` one replaces it (the new
+        snapshot), any other is appended to its log (`tainted` then says whether the record
+        adds taint). False (nothing written) if the memory changed since, or a change record
+        has nothing stored to follow. Keeps the caller under `StoreLimits.caller_memory_bytes`
+        (snapshot and records counted) by pushing out its least recently saved sessions (a
+        tainted one is remembered as forgotten)."""
 
     # -- the turn lease: one turn per session across every process sharing the database -----
     #

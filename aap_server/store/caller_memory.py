@@ -23,6 +23,7 @@ class CallerMemorySave:
     memory: bytes
     tainted: bool
     version: int
+    whole: bool = True  # a new snapshot, else a change record appended to the log
 
 
 @dataclass(slots=True)
@@ -44,14 +45,18 @@ class CallerUsage:
         return self.bytes, self.forgotten, self.clock, self.overflowed
 
     def replace(self, save: CallerMemorySave, old_size: int | None, was_forgotten: bool) -> int:
-        """Account the save's row replacing the session's (`old_size` bytes of memory, None if
-        none) or its forgotten mark; the caller's clock tick that dates the new row."""
+        """Account the save replacing the session's row (`old_size` bytes of snapshot and
+        records, None if none) or its forgotten mark, or appending a record to it; the
+        caller's clock tick that dates the row."""
+        new_size = len(save.memory)
         if old_size is not None:
             self.bytes -= caller_row_bytes(save.session_id, old_size)
+            if not save.whole:
+                new_size += old_size
         if was_forgotten:
             self.forgotten -= 1
         self.clock += 1
-        self.bytes += caller_row_bytes(save.session_id, len(save.memory))
+        self.bytes += caller_row_bytes(save.session_id, new_size)
         return self.clock
 
     def over(self, limits: StoreLimits) -> bool:
@@ -60,7 +65,7 @@ class CallerUsage:
     def evict(
         self, limits: StoreLimits, keep: str, oldest: Iterable[Any]
     ) -> list[tuple[str, bool, int]]:
-        """Which of the `oldest` rows (session id, tainted, version, memory size; least
+        """Which of the `oldest` rows (session id, tainted, version, stored size; least
         recently saved first) to drop until the caller is under its byte cap, never `keep`:
         (session id, whether to remember it as forgotten, the version to give that mark)."""
         dropped: list[tuple[str, bool, int]] = []
@@ -82,6 +87,12 @@ class CallerUsage:
             return False
         self.forgotten, self.overflowed = 0, True
         return True
+
+
+def follows(after: int | None, snapshot_version: int, version: int) -> bool:
+    """Whether a reader holding the memory at version `after` can be brought up to date by
+    the records after it (the log since the snapshot at `snapshot_version` holds them)."""
+    return after is not None and snapshot_version <= after <= version
 
 
 def saved_version(row_version: int | None, forgotten_version: int | None) -> int:

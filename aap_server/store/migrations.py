@@ -176,6 +176,22 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     """,
+    # 8: a POST /aos caller's session memory is a snapshot (`caller_memory.memory`, as of
+    # `snapshot_version`) and the change records after it, one per check that taught the
+    # guardian something (versions snapshot_version + 1 .. version): a check costs what it
+    # read and added, not the whole memory. Rows from before are snapshots.
+    """
+    ALTER TABLE caller_memory ADD COLUMN snapshot_version INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE caller_memory ADD COLUMN log_bytes INTEGER NOT NULL DEFAULT 0;
+    UPDATE caller_memory SET snapshot_version = version;
+    CREATE TABLE caller_memory_log (
+        caller     TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        version    INTEGER NOT NULL,
+        record     BLOB NOT NULL,
+        PRIMARY KEY (caller, session_id, version)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -51,6 +51,7 @@ from aap_server.store.caller_memory import (
     EVICT_BATCH,
     CallerMemorySave,
     CallerUsage,
+    follows,
     saved_version,
 )
 from aap_server.store.codec import (
@@ -309,9 +310,22 @@ _FENCE = (
 _DELETION = "(deleting)"
 
 
-_SELECT_CALLER_MEMORY = (
-    "SELECT memory, version FROM caller_memory WHERE caller = $1 AND session_id = $2"
+_CALLER_HEAD = (
+    "SELECT version, snapshot_version FROM caller_memory WHERE caller = $1 AND session_id = $2"
 )
+_CALLER_SNAPSHOT = "SELECT memory FROM caller_memory WHERE caller = $1 AND session_id = $2"
+_CALLER_RECORDS = (
+    "SELECT record FROM caller_memory_log WHERE caller = $1 AND session_id = $2 "
+    "AND version > $3 ORDER BY version"
+)
+_APPEND_CALLER_RECORD = (
+    "INSERT INTO caller_memory_log (caller, session_id, version, record) VALUES ($1, $2, $3, $4)"
+)
+_GREW_CALLER_MEMORY = (
+    "UPDATE caller_memory SET version = $1, log_bytes = log_bytes + $2, "
+    "tainted = (tainted OR $3), used_at = $4 WHERE caller = $5 AND session_id = $6"
+)
+_DROP_CALLER_RECORDS = "DELETE FROM caller_memory_log WHERE caller = $1 AND session_id = $2"
 _SELECT_CALLER_FORGOTTEN = (
     "SELECT version FROM caller_forgotten WHERE caller = $1 AND session_id = $2"
 )
@@ -330,17 +344,19 @@ _PUT_CALLER_USAGE = (
     "WHERE caller = $1"
 )
 _CALLER_ROW = (
-    "SELECT version, octet_length(memory) FROM caller_memory WHERE caller = $1 AND session_id = $2"
+    "SELECT version, octet_length(memory) + log_bytes FROM caller_memory "
+    "WHERE caller = $1 AND session_id = $2"
 )
 _PUT_CALLER_MEMORY = (
-    "INSERT INTO caller_memory (caller, session_id, memory, tainted, version, used_at) "
-    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (caller, session_id) DO UPDATE SET "
+    "INSERT INTO caller_memory "
+    "(caller, session_id, memory, tainted, version, used_at, snapshot_version, log_bytes) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $5, 0) ON CONFLICT (caller, session_id) DO UPDATE SET "
     "memory = excluded.memory, tainted = excluded.tainted, version = excluded.version, "
-    "used_at = excluded.used_at"
+    "used_at = excluded.used_at, snapshot_version = excluded.snapshot_version, log_bytes = 0"
 )
 _UNFORGET = "DELETE FROM caller_forgotten WHERE caller = $1 AND session_id = $2"
 _LEAST_RECENT = (
-    "SELECT session_id, tainted, version, octet_length(memory) FROM caller_memory "
+    "SELECT session_id, tainted, version, octet_length(memory) + log_bytes FROM caller_memory "
     "WHERE caller = $1 ORDER BY used_at LIMIT $2"
 )
 _DROP_CALLER_MEMORY = "DELETE FROM caller_memory WHERE caller = $1 AND session_id = $2"
@@ -504,12 +520,22 @@ async def _save_caller_memory(
         forgotten_version = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
     if saved_version(None if row is None else row[0], forgotten_version) != save.version:
         return False
+    if not save.whole and row is None:
+        return False  # a change record with nothing stored to follow
     if forgotten_version is not None:
         await conn.execute(_UNFORGET, caller, session_id)
     clock = usage.replace(save, None if row is None else row[1], forgotten_version is not None)
-    await conn.execute(
-        _PUT_CALLER_MEMORY, caller, session_id, save.memory, save.tainted, save.version + 1, clock
-    )
+    version = save.version + 1
+    if save.whole:
+        await conn.execute(_DROP_CALLER_RECORDS, caller, session_id)
+        await conn.execute(
+            _PUT_CALLER_MEMORY, caller, session_id, save.memory, save.tainted, version, clock
+        )
+    else:
+        await conn.execute(_APPEND_CALLER_RECORD, caller, session_id, version, save.memory)
+        await conn.execute(
+            _GREW_CALLER_MEMORY, version, len(save.memory), save.tainted, clock, caller, session_id
+        )
     while usage.over(limits):
         oldest = await conn.fetch(_LEAST_RECENT, caller, EVICT_BATCH)
         dropped = usage.evict(limits, session_id, oldest)
@@ -517,6 +543,7 @@ async def _save_caller_memory(
             break
         for victim, forget, version in dropped:
             await conn.execute(_DROP_CALLER_MEMORY, caller, victim)
+            await conn.execute(_DROP_CALLER_RECORDS, caller, victim)
             if forget:
                 await conn.execute(_FORGET, caller, victim, version)
     if usage.forget_all_if_too_many(limits):
@@ -837,22 +864,42 @@ class PostgresSessionStore(SessionStore):
 
     # -- POST /aos callers' guardian memory ------------------------------------------------
 
-    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
+    async def load_caller_memory(
+        self, caller: str, session_id: str, after: int | None = None
+    ) -> CallerMemory:
         async def read(conn: Connection) -> CallerMemory:
-            row = await conn.fetchrow(_SELECT_CALLER_MEMORY, caller, session_id)
-            if row is not None:
-                return CallerMemory(memory=row[0], version=row[1])
-            gone = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
-            if gone is not None:
-                return CallerMemory(forgotten=True, version=gone)
-            return CallerMemory(forgotten=bool(await conn.fetchval(_CALLER_OVERFLOWED, caller)))
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                head = await conn.fetchrow(_CALLER_HEAD, caller, session_id)
+                if head is not None:
+                    version, snapshot_version = head
+                    if after is not None and follows(after, snapshot_version, version):
+                        rows = await conn.fetch(_CALLER_RECORDS, caller, session_id, after)
+                        if len(rows) == version - after:  # else read it all (never skip one)
+                            records = tuple(r[0] for r in rows)
+                            return CallerMemory(records=records, after=after, version=version)
+                    memory = await conn.fetchval(_CALLER_SNAPSHOT, caller, session_id)
+                    rows = await conn.fetch(_CALLER_RECORDS, caller, session_id, snapshot_version)
+                    records = tuple(r[0] for r in rows)
+                    return CallerMemory(memory=memory, records=records, version=version)
+                gone = await conn.fetchval(_SELECT_CALLER_FORGOTTEN, caller, session_id)
+                if gone is not None:
+                    return CallerMemory(forgotten=True, version=gone)
+                overflowed = await conn.fetchval(_CALLER_OVERFLOWED, caller)
+                return CallerMemory(forgotten=bool(overflowed))
 
         return await self._run(read)
 
     async def save_caller_memory(
-        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+        self,
+        caller: str,
+        session_id: str,
+        memory: bytes,
+        *,
+        tainted: bool,
+        version: int,
+        whole: bool = True,
     ) -> bool:
-        save = CallerMemorySave(session_id, memory, tainted, version)
+        save = CallerMemorySave(session_id, memory, tainted, version, whole)
         limits = self._limits
         return await self._run(
             lambda conn: _save_caller_memory(conn, limits, caller, save), write=True

@@ -131,6 +131,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (session_id, seq)
         )""",
     ),
+    # 4: POST /aos callers' memory as a snapshot and change records (see SQLite's migration 8).
+    (
+        "ALTER TABLE caller_memory ADD COLUMN snapshot_version bigint NOT NULL DEFAULT 0, "
+        "ADD COLUMN log_bytes bigint NOT NULL DEFAULT 0",
+        "UPDATE caller_memory SET snapshot_version = version",
+        """CREATE TABLE caller_memory_log (
+            caller     text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL,
+            version    bigint NOT NULL,
+            record     bytea NOT NULL,
+            PRIMARY KEY (caller, session_id, version)
+        )""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

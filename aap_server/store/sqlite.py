@@ -51,6 +51,7 @@ from aap_server.store.caller_memory import (
     EVICT_BATCH,
     CallerMemorySave,
     CallerUsage,
+    follows,
     saved_version,
 )
 from aap_server.store.codec import (
@@ -228,9 +229,22 @@ _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = ? AND turn_id = ?"
 _DROP_LEASE = "DELETE FROM turn_leases WHERE session_id = ?"
 
 
-_SELECT_CALLER_MEMORY = (
-    "SELECT memory, version FROM caller_memory WHERE caller = ? AND session_id = ?"
+_CALLER_HEAD = (
+    "SELECT version, snapshot_version FROM caller_memory WHERE caller = ? AND session_id = ?"
 )
+_CALLER_SNAPSHOT = "SELECT memory FROM caller_memory WHERE caller = ? AND session_id = ?"
+_CALLER_RECORDS = (
+    "SELECT record FROM caller_memory_log WHERE caller = ? AND session_id = ? AND version > ? "
+    "ORDER BY version"
+)
+_APPEND_CALLER_RECORD = (
+    "INSERT INTO caller_memory_log (caller, session_id, version, record) VALUES (?, ?, ?, ?)"
+)
+_GREW_CALLER_MEMORY = (
+    "UPDATE caller_memory SET version = ?, log_bytes = log_bytes + ?, "
+    "tainted = (tainted OR ?), used_at = ? WHERE caller = ? AND session_id = ?"
+)
+_DROP_CALLER_RECORDS = "DELETE FROM caller_memory_log WHERE caller = ? AND session_id = ?"
 _SELECT_CALLER_FORGOTTEN = (
     "SELECT version FROM caller_forgotten WHERE caller = ? AND session_id = ?"
 )
@@ -242,15 +256,17 @@ _PUT_CALLER_USAGE = (
     "VALUES (?, ?, ?, ?, ?)"
 )
 _CALLER_ROW = (
-    "SELECT version, length(memory) FROM caller_memory WHERE caller = ? AND session_id = ?"
+    "SELECT version, length(memory) + log_bytes FROM caller_memory "
+    "WHERE caller = ? AND session_id = ?"
 )
 _PUT_CALLER_MEMORY = (
-    "INSERT OR REPLACE INTO caller_memory (caller, session_id, memory, tainted, version, used_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO caller_memory "
+    "(caller, session_id, memory, tainted, version, used_at, snapshot_version, log_bytes)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5, 0)"
 )
 _UNFORGET = "DELETE FROM caller_forgotten WHERE caller = ? AND session_id = ?"
 _LEAST_RECENT = (
-    "SELECT session_id, tainted, version, length(memory) FROM caller_memory "
+    "SELECT session_id, tainted, version, length(memory) + log_bytes FROM caller_memory "
     "WHERE caller = ? ORDER BY used_at LIMIT ?"
 )
 _DROP_CALLER_MEMORY = "DELETE FROM caller_memory WHERE caller = ? AND session_id = ?"
@@ -581,12 +597,22 @@ def _history_page_sync(
 
 
 def _load_caller_memory_sync(
-    conn: sqlite3.Connection, caller: str, session_id: str
+    conn: sqlite3.Connection, caller: str, session_id: str, after: int | None
 ) -> CallerMemory:
-    row = conn.execute(_SELECT_CALLER_MEMORY, (caller, session_id)).fetchone()
-    if row is not None:
-        return CallerMemory(memory=row[0], version=row[1])
-    gone = conn.execute(_SELECT_CALLER_FORGOTTEN, (caller, session_id)).fetchone()
+    key = (caller, session_id)
+    head = conn.execute(_CALLER_HEAD, key).fetchone()
+    if head is not None:
+        version, snapshot_version = head
+        if follows(after, snapshot_version, version):
+            records = conn.execute(_CALLER_RECORDS, (*key, after)).fetchall()
+            if len(records) == version - after:  # else read it all (never skip a change)
+                return CallerMemory(
+                    records=tuple(r[0] for r in records), after=after, version=version
+                )
+        (memory,) = conn.execute(_CALLER_SNAPSHOT, key).fetchone()
+        records = conn.execute(_CALLER_RECORDS, (*key, snapshot_version)).fetchall()
+        return CallerMemory(memory=memory, records=tuple(r[0] for r in records), version=version)
+    gone = conn.execute(_SELECT_CALLER_FORGOTTEN, key).fetchone()
     if gone is not None:
         return CallerMemory(forgotten=True, version=gone[0])
     usage = conn.execute(_CALLER_USAGE, (caller,)).fetchone()
@@ -604,14 +630,25 @@ def _save_caller_memory_sync(
     forgotten_version = forgotten_row[0] if forgotten_row else None
     if saved_version(None if row is None else row[0], forgotten_version) != save.version:
         return False
+    if not save.whole and row is None:
+        return False  # a change record with nothing stored to follow
     usage = CallerUsage.of(conn.execute(_CALLER_USAGE, (caller,)).fetchone())
     if forgotten_row is not None:
         conn.execute(_UNFORGET, (caller, session_id))
     clock = usage.replace(save, None if row is None else row[1], forgotten_row is not None)
-    conn.execute(
-        _PUT_CALLER_MEMORY,
-        (caller, session_id, save.memory, save.tainted, save.version + 1, clock),
-    )
+    if save.whole:
+        conn.execute(_DROP_CALLER_RECORDS, (caller, session_id))
+        conn.execute(
+            _PUT_CALLER_MEMORY,
+            (caller, session_id, save.memory, save.tainted, save.version + 1, clock),
+        )
+    else:
+        version = save.version + 1
+        conn.execute(_APPEND_CALLER_RECORD, (caller, session_id, version, save.memory))
+        conn.execute(
+            _GREW_CALLER_MEMORY,
+            (version, len(save.memory), save.tainted, clock, caller, session_id),
+        )
     while usage.over(limits):
         oldest = conn.execute(_LEAST_RECENT, (caller, EVICT_BATCH)).fetchall()
         dropped = usage.evict(limits, session_id, oldest)
@@ -619,6 +656,7 @@ def _save_caller_memory_sync(
             break
         for victim, forget, version in dropped:
             conn.execute(_DROP_CALLER_MEMORY, (caller, victim))
+            conn.execute(_DROP_CALLER_RECORDS, (caller, victim))
             if forget:
                 conn.execute(_FORGET, (caller, victim, version))
     if usage.forget_all_if_too_many(limits):
@@ -918,13 +956,24 @@ class SqliteSessionStore(SessionStore):
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
         return await self._write(lambda conn: _prune_sync(conn, before_ms, batch))
 
-    async def load_caller_memory(self, caller: str, session_id: str) -> CallerMemory:
-        return await self._run(lambda conn: _load_caller_memory_sync(conn, caller, session_id))
+    async def load_caller_memory(
+        self, caller: str, session_id: str, after: int | None = None
+    ) -> CallerMemory:
+        return await self._read(
+            lambda conn: _load_caller_memory_sync(conn, caller, session_id, after)
+        )
 
     async def save_caller_memory(
-        self, caller: str, session_id: str, memory: bytes, *, tainted: bool, version: int
+        self,
+        caller: str,
+        session_id: str,
+        memory: bytes,
+        *,
+        tainted: bool,
+        version: int,
+        whole: bool = True,
     ) -> bool:
-        save = CallerMemorySave(session_id, memory, tainted, version)
+        save = CallerMemorySave(session_id, memory, tainted, version, whole)
         limits = self._limits
         return await self._write(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))
 

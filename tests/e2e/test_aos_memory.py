@@ -29,7 +29,13 @@ async def test_unreadable_stored_memory_counts_as_tainted(tmp_path: Path) -> Non
         # A value that never came in may leave ...
         assert decision(await client.post("/aos", json=aos_send_email(2, "S", OTHER))) == "allow"
         with closing(sqlite3.connect(tmp_path / "aap.db")) as conn, conn:
-            assert conn.execute("UPDATE caller_memory SET memory = x'7b7b'").rowcount == 1
+            # As if another replica stored a new snapshot (this one reads it, not just the
+            # records after what it holds).
+            changed = conn.execute(
+                "UPDATE caller_memory SET memory = x'7b7b', version = version + 1, "
+                "snapshot_version = version + 1"
+            )
+            assert changed.rowcount == 1
         # ... but not once the memory that says so cannot be read: the worst is assumed.
         assert decision(await client.post("/aos", json=aos_send_email(3, "S", OTHER))) == "deny"
 

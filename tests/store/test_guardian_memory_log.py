@@ -31,6 +31,9 @@ async def test_a_blob_stored_before_the_log_reads_back_as_its_snapshot(tmp_path:
     # Make it the file the version before left: no log table, schema version 6.
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("DROP TABLE guardian_memory_log")
+        conn.execute("DROP TABLE caller_memory_log")  # and what migration 8 added
+        conn.execute("ALTER TABLE caller_memory DROP COLUMN snapshot_version")
+        conn.execute("ALTER TABLE caller_memory DROP COLUMN log_bytes")
         conn.execute("PRAGMA user_version = 6")
 
     store = SqliteSessionStore(path)  # migrates

@@ -164,7 +164,9 @@ SESSION_PLANS = {
     "audit page": (pg._SELECT_AUDIT, ("sess_0000500", -1, 100)),
     "turn lease holder": (pg._LEASE_HOLDER, ("sess_0000500",)),
     "a key's running turns": (pg._LIVE_TURNS, ("alice", "sess_0000500")),
-    "aos: a session's memory": (pg._SELECT_CALLER_MEMORY, ("aos:alice", "sess_0000500")),
+    "aos: a session's memory head": (pg._CALLER_HEAD, ("aos:alice", "sess_0000500")),
+    "aos: a session's snapshot": (pg._CALLER_SNAPSHOT, ("aos:alice", "sess_0000500")),
+    "aos: records after a version": (pg._CALLER_RECORDS, ("aos:alice", "sess_0000500", 2)),
     "aos: least recent memories": (pg._LEAST_RECENT, ("aos:alice", 8)),
 }
 
@@ -193,6 +195,11 @@ async def _fill(conn: Any, sessions: int) -> None:
     await conn.execute(  # one /aos caller with a memory per session
         "INSERT INTO caller_memory (caller, session_id, memory, tainted, version, used_at) "
         "SELECT 'aos:alice', session_id, '\\x00'::bytea, false, 1, created_at FROM sessions"
+    )
+    await conn.execute(  # and three change records after it
+        "INSERT INTO caller_memory_log (caller, session_id, version, record) "
+        "SELECT 'aos:alice', session_id, v, '\\x00'::bytea FROM sessions, "
+        "generate_series(2, 4) AS v"
     )
     await conn.execute("ANALYZE")
 
