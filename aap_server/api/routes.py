@@ -53,13 +53,18 @@ PageCursor = Annotated[
 SessionId = Annotated[str, Parameter(description="The session id returned by POST /sessions")]
 
 
-async def _json_values_within_limit(request: Request[Any, Any, Any]) -> None:
+async def _json_values_within_limit(request: Request[Any, Any, Any]) -> Response[bytes] | None:
     """Before Litestar decodes a body (one C call holding the event loop ~0.3 µs a value):
     more than `max_json_values_per_request` values is refused undecoded (413). The body read
-    here is the one Litestar then decodes."""
+    here is the one Litestar then decodes. A route's hook replaces the app's, so the drain's
+    refusal (`Drain.refuse_new_work`) is asked first."""
+    refused: Response[bytes] | None = await request.app.state.drain.refuse_new_work(request)
+    if refused is not None:
+        return refused
     await check_json_values(
         await request.body(), request.app.state.settings.max_json_values_per_request
     )
+    return None
 
 
 def _service(request: Request[Any, Any, Any]) -> AapService:
