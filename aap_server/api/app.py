@@ -31,7 +31,7 @@ from aap_server.api.memories import MemoriesController
 from aap_server.api.metrics import metrics_routes
 from aap_server.api.observability import ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
-from aap_server.api.routes import SessionsController, get_meta
+from aap_server.api.routes import SessionsController, admit_new_work, get_meta
 from aap_server.api.turn_route import TurnRoute
 from aap_server.config import ConfigError, Settings
 from aap_server.guardian import Guardian
@@ -270,7 +270,7 @@ def create_app(
         ],
         on_startup=[open_store],
         on_shutdown=[drain_and_close],
-        before_request=drain.refuse_new_work,
+        before_request=admit_new_work,  # the drain, then the JSON-values cap
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=openapi_config(app_version, **docs_serving(settings.base_path)),
         request_max_body_size=settings.max_body_bytes,

@@ -53,18 +53,24 @@ PageCursor = Annotated[
 SessionId = Annotated[str, Parameter(description="The session id returned by POST /sessions")]
 
 
-async def _json_values_within_limit(request: Request[Any, Any, Any]) -> Response[bytes] | None:
-    """Before Litestar decodes a body (one C call holding the event loop ~0.3 µs a value):
-    more than `max_json_values_per_request` values is refused undecoded (413). The body read
-    here is the one Litestar then decodes. A route's hook replaces the app's, so the drain's
-    refusal (`Drain.refuse_new_work`) is asked first."""
+COUNT_JSON_VALUES = "count_json_values"
+"""A route's `opt` key: its body's JSON values are counted before Litestar decodes it."""
+
+
+async def admit_new_work(request: Request[Any, Any, Any]) -> Response[bytes] | None:
+    """The app's one `before_request` hook. No route has its own: Litestar's nearest hook
+    replaces the app's, and a route with one would forget the drain.
+
+    During a drain only reads are served (`Drain.refuse_new_work`). A route whose `opt` sets
+    `COUNT_JSON_VALUES` refuses a body of more than `max_json_values_per_request` values
+    undecoded (413): decoding is one C call holding the event loop ~0.3 µs a value. The
+    body read here is the one Litestar then decodes."""
     refused: Response[bytes] | None = await request.app.state.drain.refuse_new_work(request)
-    if refused is not None:
-        return refused
-    await check_json_values(
-        await request.body(), request.app.state.settings.max_json_values_per_request
-    )
-    return None
+    if refused is None and request.route_handler.opt.get(COUNT_JSON_VALUES):
+        await check_json_values(
+            await request.body(), request.app.state.settings.max_json_values_per_request
+        )
+    return refused
 
 
 def _service(request: Request[Any, Any, Any]) -> AapService:
@@ -133,7 +139,7 @@ class SessionsController(Controller):
         summary="Create a new session",
         status_code=HTTP_201_CREATED,
         responses=ERROR_RESPONSES(400, 401, 413, 429, 503),
-        before_request=_json_values_within_limit,
+        opt={COUNT_JSON_VALUES: True},
     )
     async def create_session(
         self,
@@ -258,7 +264,7 @@ class SessionsController(Controller):
         summary="Send a new turn to an existing session",
         status_code=HTTP_200_OK,
         responses=ERROR_RESPONSES(400, 401, 404, 409, 413, 429, 503),
-        before_request=_json_values_within_limit,
+        opt={COUNT_JSON_VALUES: True},
     )
     async def post_turn(
         self,

@@ -5,13 +5,14 @@ the lean and the declared turn route alike; a body at the cap is served as befor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from aap_server.config import Settings
-from tests.conftest import KEYS, assert_error, harness
+from tests.conftest import KEYS, app_harness, assert_error, harness
 
 CAP = 1000
 BLOCK = {"type": "text", "text": "hi"}  # an object, two members: five values with its `,`
@@ -76,3 +77,31 @@ async def test_seed_messages_and_turns_over_the_cap_are_refused_undecoded(
         history = await h.client.get(f"/sessions/{session_id}/history?type=full")
         assert history.status_code == 200
         assert len(history.json()["history"]["full"]) == 2  # only the turn within the cap ran
+
+
+async def test_during_a_drain_every_route_that_takes_work_answers_503_before_its_cap(
+    tmp_path: Path,
+) -> None:
+    """The drain and the cap are one app-level hook: a route with a hook of its own would
+    replace it (Litestar) and take work during a drain. Every route the app serves is asked,
+    so a route added later is asked too; a body over the cap is refused for the drain."""
+    settings = Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS, max_json_values_per_request=CAP)
+    async with app_harness(tmp_path, settings=settings) as h:
+        session_id = await h.new_session()
+        h.app.state.drain.draining = True
+        over_cap = msgspec.json.encode(turn(CAP, "none"))
+        asked = set()
+        for route in h.app.routes:
+            path = re.sub(r"\{(\w+):\w+\}", session_id, route.path)
+            for method in set(getattr(route, "methods", ())) - {"GET", "HEAD", "OPTIONS"}:
+                response = await h.client.request(
+                    method, path, content=over_cap, headers={"Content-Type": "application/json"}
+                )
+                assert_error(response, 503, "shutting_down")
+                assert response.headers["Retry-After"] == "5"
+                asked.add(f"{method} {route.path}")
+        assert {"POST /sessions", "POST /sessions/{session_id:str}/turns", "POST /aos"} <= asked
+        # Reads are still served, and the session was not touched.
+        history = await h.client.get(f"/sessions/{session_id}/history?type=full")
+        assert history.status_code == 200
+        assert history.json()["history"]["full"] == []
