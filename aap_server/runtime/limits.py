@@ -161,9 +161,9 @@ async def json_values_within(body: bytes, limit: int) -> bool:
     Decoding is one C call that holds the event loop ~0.3 µs a value, so a 10 MB body of
     `[{},{},…]` would hold it for seconds. Values are counted by what comes before each: a
     `[`, `{`, `,` or `:` outside strings (an empty container counts one too many). The body
-    is scanned `BYTES_PER_SLICE` at a time (a string longer than that in one slice), with a
-    yield to the loop between slices; it stops once past `limit`. Invalid JSON is counted
-    as far as a decoder would get, or more."""
+    is scanned `BYTES_PER_SLICE` at a time, with a yield to the loop between slices (a string
+    may run on from one slice into the next); it stops once past `limit`. Invalid JSON is
+    counted as far as a decoder would get, or more."""
     found = 0
     for start in range(0, len(body), BYTES_PER_SLICE):
         if start:
@@ -171,19 +171,27 @@ async def json_values_within(body: bytes, limit: int) -> bool:
         found += _separators(body, start, start + BYTES_PER_SLICE)
     if found < limit:
         return True  # the usual case: even counted inside strings, there are few enough
-    # Escaped backslashes, then escaped quotes, out: every `"` left opens or closes a string.
-    text = body.replace(b"\\\\", b"").replace(b'\\"', b"")
-    values, start = 1, 0
-    while start < len(text):
+    values, start, in_string = 1, 0, False
+    while start < len(body):
         await asyncio.sleep(0)
-        end = min(start + BYTES_PER_SLICE, len(text))
-        if text.count(b'"', start, end) % 2:  # a string runs on: the slice ends after it
-            closing = text.find(b'"', end)
-            end = len(text) if closing < 0 else closing + 1
-        values += _separators(_STRING.sub(b"", text[start:end]))
+        end = start + BYTES_PER_SLICE
+        chunk = body[start:end]
+        if end < len(body) and (len(chunk) - len(chunk.rstrip(b"\\"))) % 2:
+            # Its last `\` escapes what the next slice starts with: it goes with that one.
+            chunk, end = chunk[:-1], end - 1
+        start = end
+        # Escaped backslashes, then escaped quotes, out: every `"` left opens or closes a string.
+        text = chunk.replace(b"\\\\", b"").replace(b'\\"', b"")
+        if in_string:  # a string runs on from the slice before
+            closing = text.find(b'"')
+            if closing < 0:
+                continue
+            text, in_string = text[closing + 1 :], False
+        if text.count(b'"') % 2:  # the last string runs on into the next slice
+            text, in_string = text[: text.rfind(b'"')], True
+        values += _separators(_STRING.sub(b"", text))
         if values > limit:
             return False
-        start = end
     return True
 
 

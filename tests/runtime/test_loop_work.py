@@ -9,6 +9,7 @@ import base64
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import pytest
@@ -136,3 +137,84 @@ async def test_counting_a_big_body_yields_to_the_loop_every_slice(shape: str) ->
         within, passes = await loop_passes_during(json_values_within(body, 100_000))
         assert within is (items + 1 <= 100_000)  # the array and its items
         assert passes >= len(body) // BYTES_PER_SLICE, (size, passes)
+
+
+class TalliedBody(bytes):
+    """A body that tallies, per event-loop pass, how many of its bytes the calls made on it
+    read: a slice or a `count`/`find` its range, any other method (`replace`, ...) all."""
+
+    tally: list[int]  # bytes read in each loop pass so far, the current one last
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            self.tally[-1] += len(range(*key.indices(len(self))))
+        return super().__getitem__(key)
+
+    def __getattribute__(self, name: str) -> Any:
+        attribute = super().__getattribute__(name)
+        if name.startswith("__") or not callable(attribute):
+            return attribute
+
+        def tallied(*args: Any) -> Any:
+            read = range(len(self))
+            if name in ("count", "find", "rfind", "index", "rindex"):
+                read = read[slice(*args[1:3])] if len(args) > 1 else read
+            self.tally[-1] += len(read)
+            return attribute(*args)
+
+        return tallied
+
+
+async def bytes_read_per_pass(body: bytes, limit: int) -> tuple[bool, int]:
+    """Whether `body` is within `limit` values, and the most bytes of it read in one pass."""
+    tallied = TalliedBody(body)
+    tallied.tally = [0]
+    done = False
+
+    async def probe() -> None:
+        while not done:
+            tallied.tally.append(0)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(probe())
+    await asyncio.sleep(0)
+    within = await json_values_within(tallied, limit)
+    done = True
+    await task
+    return within, max(tallied.tally)
+
+
+BIG = {
+    **{
+        shape: lambda items, item=item: b"[" + b",".join([item] * items) + b"]"
+        for shape, item in ITEMS.items()
+    },
+    # One string, commas and escapes inside: 2 values, read past slice after slice.
+    "one string": lambda items: msgspec.json.encode(['a,\\"' * items]),
+}
+
+
+@pytest.mark.parametrize("shape", BIG)
+async def test_no_loop_pass_reads_more_of_a_big_body_than_of_a_small_one(shape: str) -> None:
+    """Between two passes of the loop, counting reads about a slice's worth of the body
+    (each separator counted once), however big the body: an 8 MB body's longest pass reads
+    no more than a 1 MB one's. (It read the whole body in one pass: a `replace` over it.)"""
+    longest = {}
+    for size in (1_000_000, 8_000_000):
+        body = BIG[shape](size // 4)
+        within, longest[size] = await bytes_read_per_pass(body, 100_000)
+        assert within is (shape == "one string")
+        assert longest[size] <= 8 * BYTES_PER_SLICE, (size, longest[size])
+    assert longest[8_000_000] <= longest[1_000_000] * 1.1, longest
+
+
+@pytest.mark.parametrize("shift", range(4))
+async def test_escapes_across_slice_boundaries_keep_a_string_a_string(shift: int) -> None:
+    """Backslash runs of every length, and escaped quotes, fall across slice boundaries
+    (shifted a byte at a time): the commas inside the one string are never counted."""
+    text = "".join("\\" * run + '"' + "," * run for run in range(1, 40)) * 3000
+    body = b" " * shift + msgspec.json.encode([text, "x"])  # three values
+    assert len(body) > 10 * BYTES_PER_SLICE
+    assert msgspec.json.decode(body) == [text, "x"]
+    assert await json_values_within(body, 3)
+    assert not await json_values_within(body, 2)
