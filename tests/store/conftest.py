@@ -26,6 +26,8 @@ class StoreFactory:
     build: Callable[..., SessionStore]
     # Built on the test session's PostgreSQL cluster (started on first use).
     postgres: bool = False
+    # Stores built on the same folder share the turn lease (replicas, or worker processes).
+    shares_leases: bool = False
 
 
 def _postgres(folder: Path, limits: StoreLimits | None = None) -> SessionStore:
@@ -44,8 +46,9 @@ FACTORIES = (
         "sqlite-workers",
         True,
         lambda d, limits=None: SqliteSessionStore(str(d / "s.db"), limits, shared_leases=True),
+        shares_leases=True,
     ),
-    StoreFactory("postgres", True, _postgres, postgres=True),
+    StoreFactory("postgres", True, _postgres, postgres=True, shares_leases=True),
 )
 
 
@@ -60,6 +63,7 @@ def _bound(factory: StoreFactory, request: pytest.FixtureRequest) -> StoreFactor
             PostgresSettings(dsn=cluster.database_for(d)), limits
         ),
         postgres=True,
+        shares_leases=factory.shares_leases,
     )
 
 
@@ -70,6 +74,11 @@ def factory(request: pytest.FixtureRequest) -> StoreFactory:
 
 @pytest.fixture(params=[f for f in FACTORIES if f.durable], ids=lambda f: f.name)
 def durable_factory(request: pytest.FixtureRequest) -> StoreFactory:
+    return _bound(request.param, request)
+
+
+@pytest.fixture(params=[f for f in FACTORIES if f.shares_leases], ids=lambda f: f.name)
+def lease_sharing_factory(request: pytest.FixtureRequest) -> StoreFactory:
     return _bound(request.param, request)
 
 

@@ -1,5 +1,6 @@
-"""What only the PostgreSQL store has: migrations raced by replicas, the turn lease, retries
-on lost connections, and query plans that do not grow with the number of sessions."""
+"""What only the PostgreSQL store has: migrations raced by replicas, retries on lost
+connections, and query plans that do not grow with the number of sessions (the turn lease is
+in the store contract suite, shared with SQLite workers)."""
 
 from __future__ import annotations
 
@@ -55,34 +56,6 @@ async def test_a_database_from_a_newer_version_is_refused(dsn: str) -> None:
         await conn.close()
     with pytest.raises(SchemaVersionError, match="newer than this server supports"):
         await pg_store(dsn).open()
-
-
-async def test_the_turn_lease_is_held_by_one_turn_until_released_or_lapsed(dsn: str) -> None:
-    one, two = pg_store(dsn), pg_store(dsn)  # two replicas
-    await one.open()
-    await two.open()
-    try:
-        assert await one.take_turn("sess_a", "turn_1", 60) is None
-        assert await two.take_turn("sess_a", "turn_2", 60) == "turn_1"
-        assert await two.turn_holder("sess_a") == "turn_1"
-        assert await two.take_turn("sess_b", "turn_3", 60) is None  # other sessions are free
-        await two.release_turn("sess_a", "turn_2")  # not its lease: nothing happens
-        assert await one.turn_holder("sess_a") == "turn_1"
-        await one.release_turn("sess_a", "turn_1")
-        assert await two.take_turn("sess_a", "turn_2", 60) is None
-
-        # A lease nobody renews lapses; its old holder cannot renew it once retaken.
-        assert await one.take_turn("sess_c", "turn_4", 0.2) is None
-        assert await one.renew_turn("sess_c", "turn_4", 0.2) is True
-        for _ in range(100):
-            if await two.take_turn("sess_c", "turn_5", 60) is None:
-                break
-            await asyncio.sleep(0.05)
-        assert await two.turn_holder("sess_c") == "turn_5"
-        assert await one.renew_turn("sess_c", "turn_4", 60) is False
-    finally:
-        await one.close()
-        await two.close()
 
 
 async def kill_connections(dsn: str) -> int:

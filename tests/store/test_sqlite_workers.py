@@ -1,7 +1,7 @@
 """The turn lease on one SQLite file shared by several worker processes (`serve --workers`):
 the same promises as PostgreSQL's across replicas. Each "worker" is a store with its own
 connection and thread on the same file, as each worker process has; the PostgreSQL tests
-are run again on them."""
+are run again on them (and the lease's own, in the store contract suite)."""
 
 from __future__ import annotations
 
@@ -55,33 +55,6 @@ async def replicas(tmp_path: Path) -> AsyncIterator[list[SqliteSessionStore]]:
         yield stores
     finally:
         await asyncio.gather(*(store.close() for store in stores))
-
-
-async def test_the_lease_is_held_by_one_turn_until_released_or_lapsed(
-    replicas: list[SqliteSessionStore],
-) -> None:
-    one, two, _ = replicas
-    assert await one.take_turn("sess_a", "turn_1", 60) is None
-    assert await two.take_turn("sess_a", "turn_2", 60) == "turn_1"
-    assert await two.turn_holder("sess_a") == "turn_1"
-    assert await one.take_turn("sess_a", "turn_1", 60) is None  # a retry of its own take
-    assert await two.take_turn("sess_b", "turn_3", 60) is None  # other sessions are free
-    await two.release_turn("sess_a", "turn_2")  # not its lease: nothing happens
-    assert await one.turn_holder("sess_a") == "turn_1"
-    await one.release_turn("sess_a", "turn_1")
-    assert await two.turn_holder("sess_a") is None
-    assert await two.take_turn("sess_a", "turn_2", 60) is None
-
-    # A lease nobody renews lapses; its old holder cannot renew it once retaken.
-    assert await one.take_turn("sess_c", "turn_4", 0.2) is None
-    assert await one.renew_turn("sess_c", "turn_4", 0.2) is True
-    assert await two.take_turn("sess_c", "turn_5", 60) == "turn_4"
-    for _ in range(100):
-        if await two.take_turn("sess_c", "turn_5", 60) is None:
-            break
-        await asyncio.sleep(0.05)
-    assert await two.turn_holder("sess_c") == "turn_5"
-    assert await one.renew_turn("sess_c", "turn_4", 60) is False
 
 
 async def test_many_workers_taking_one_session_at_once_let_exactly_one_turn_run(

@@ -656,3 +656,38 @@ async def test_a_guardian_memory_write_fails_with_its_step(store: SessionStore) 
     snapshot = await store.load_turn(record.session_id, record.owner)
     assert snapshot is not None
     assert snapshot.guardian_memory == GuardianMemory(snapshot=b"zero")
+
+
+# --- the turn lease, shared by replicas (PostgreSQL) or worker processes (SQLite) ---------
+
+
+async def test_the_turn_lease_is_held_by_one_turn_until_released_or_lapsed(
+    lease_sharing_factory: StoreFactory, tmp_path: Path
+) -> None:
+    one, two = lease_sharing_factory.build(tmp_path), lease_sharing_factory.build(tmp_path)
+    await one.open()  # one after the other: each migrates what the last one left
+    await two.open()
+    try:
+        assert await one.take_turn("sess_a", "turn_1", 60) is None
+        assert await two.take_turn("sess_a", "turn_2", 60) == "turn_1"
+        assert await two.turn_holder("sess_a") == "turn_1"
+        assert await one.take_turn("sess_a", "turn_1", 60) is None  # a retry of its own take
+        assert await two.take_turn("sess_b", "turn_3", 60) is None  # other sessions are free
+        await two.release_turn("sess_a", "turn_2")  # not its lease: nothing happens
+        assert await one.turn_holder("sess_a") == "turn_1"
+        await one.release_turn("sess_a", "turn_1")
+        assert await two.turn_holder("sess_a") is None
+        assert await two.take_turn("sess_a", "turn_2", 60) is None
+
+        # A lease nobody renews lapses; its old holder cannot renew it once retaken.
+        assert await one.take_turn("sess_c", "turn_4", 0.2) is None
+        assert await one.renew_turn("sess_c", "turn_4", 0.2) is True
+        assert await two.take_turn("sess_c", "turn_5", 60) == "turn_4"
+        for _ in range(100):
+            if await two.take_turn("sess_c", "turn_5", 60) is None:
+                break
+            await asyncio.sleep(0.05)
+        assert await two.turn_holder("sess_c") == "turn_5"
+        assert await one.renew_turn("sess_c", "turn_4", 60) is False
+    finally:
+        await asyncio.gather(one.close(), two.close())
