@@ -418,12 +418,15 @@ def _plan_for_message(parsed: ParsedMessage, request: ModelRequest) -> list[Mode
     return [*outputs, *calls]
 
 
-def plan_reply(request: ModelRequest) -> Reply:
-    """The whole response to `request`, decided up front (no I/O)."""
+def plan_reply(request: ModelRequest, newest_user_text: str | None = None) -> Reply:
+    """The whole response to `request`, decided up front (no I/O). `newest_user_text`: the
+    newest user message's text, when the caller has it already."""
     if request.history and isinstance(request.history[-1], ToolMessage):
         summary = summarize_tool_results(request.history)
         return Reply(outputs=_text_deltas(shape(summary, request.options)))
-    parsed = parse_message(_newest_user_text(request.history))
+    if newest_user_text is None:
+        newest_user_text = _newest_user_text(request.history)
+    parsed = parse_message(newest_user_text)
     outputs = _plan_for_message(parsed, request)
     if parsed.fail:
         # Keep everything up to and including the first delta, then fail.
@@ -444,10 +447,11 @@ class DemoModel(TurnModel):
     """Plays the planned reply: sleeps, streams the outputs, and fails if asked to."""
 
     async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
-        if len(_newest_user_text(request.history)) > PLAN_ON_THREAD_CHARS:
-            reply = await asyncio.to_thread(plan_reply, request)
+        text = _newest_user_text(request.history)
+        if len(text) > PLAN_ON_THREAD_CHARS:
+            reply = await asyncio.to_thread(plan_reply, request, text)
         else:
-            reply = plan_reply(request)
+            reply = plan_reply(request, text)
         if reply.sleep > 0:
             await asyncio.sleep(reply.sleep)
         for output in reply.outputs:
