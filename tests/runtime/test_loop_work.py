@@ -103,8 +103,11 @@ def test_json_values_are_counted_as_a_decoder_makes_them(shape: str) -> None:
     assert decoded / 2 <= least <= decoded, (least, decoded)
 
 
-async def loop_passes_during(work: Awaitable[bool]) -> tuple[bool, int]:
-    """`work`'s result, and how many event-loop passes another task got while it ran."""
+async def loop_passes_during(
+    work: Awaitable[bool], at_each_pass: Callable[[], object] = lambda: None
+) -> tuple[bool, int]:
+    """`work`'s result, and how many event-loop passes another task got while it ran (that
+    task calls `at_each_pass` at each)."""
     passes = 0
     done = False
 
@@ -112,6 +115,7 @@ async def loop_passes_during(work: Awaitable[bool]) -> tuple[bool, int]:
         nonlocal passes
         while not done:
             passes += 1
+            at_each_pass()
             await asyncio.sleep(0)
 
     task = asyncio.create_task(probe())
@@ -169,18 +173,9 @@ async def bytes_read_per_pass(body: bytes, limit: int) -> tuple[bool, int]:
     """Whether `body` is within `limit` values, and the most bytes of it read in one pass."""
     tallied = TalliedBody(body)
     tallied.tally = [0]
-    done = False
-
-    async def probe() -> None:
-        while not done:
-            tallied.tally.append(0)
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(probe())
-    await asyncio.sleep(0)
-    within = await json_values_within(tallied, limit)
-    done = True
-    await task
+    within, _ = await loop_passes_during(
+        json_values_within(tallied, limit), lambda: tallied.tally.append(0)
+    )
     return within, max(tallied.tally)
 
 
