@@ -137,9 +137,13 @@ _LIST_AFTER = (
     "ORDER BY session_id DESC LIMIT ?"
 )
 
-_NEXT_SEQ = {
-    "full": "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = ?",
-    "compacted": "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = ?",
+# One statement a message: its seq is the next one, looked up through the primary key in
+# the same statement (executemany runs it per row, each one seeing the rows before it).
+_APPEND_MESSAGE = {
+    "full": "INSERT INTO history_full (session_id, seq, message) "
+    "SELECT ?1, COALESCE(MAX(seq) + 1, 0), ?2 FROM history_full WHERE session_id = ?1",
+    "compacted": "INSERT INTO history_compacted (session_id, seq, message) "
+    "SELECT ?1, COALESCE(MAX(seq) + 1, 0), ?2 FROM history_compacted WHERE session_id = ?1",
 }
 _INSERT_MESSAGE = {
     "full": "INSERT INTO history_full (session_id, seq, message) VALUES (?, ?, ?)",
@@ -177,8 +181,10 @@ _UPSERT_MEMORY = (
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = ?"
 _CLEAR_MEMORY_LOG = "DELETE FROM guardian_memory_log WHERE session_id = ?"
-_NEXT_MEMORY_SEQ = "SELECT coalesce(max(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = ?"
-_APPEND_MEMORY_LOG = "INSERT INTO guardian_memory_log (session_id, seq, record) VALUES (?, ?, ?)"
+_APPEND_MEMORY_LOG = (
+    "INSERT INTO guardian_memory_log (session_id, seq, record) "
+    "SELECT ?1, COALESCE(MAX(seq) + 1, 0), ?2 FROM guardian_memory_log WHERE session_id = ?1"
+)
 _SELECT_MEMORY_LOG = "SELECT record FROM guardian_memory_log WHERE session_id = ? ORDER BY seq"
 _STATE_SIZE = "SELECT length(value) FROM agent_state WHERE session_id = ? AND key = ?"
 _DROPPED_SIZE = (
@@ -428,12 +434,8 @@ def _locked_group_transaction(
 def _append(
     conn: sqlite3.Connection, kind: HistoryKind, session_id: str, messages: Sequence[bytes]
 ) -> None:
-    if not messages:
-        return
-    (seq,) = conn.execute(_NEXT_SEQ[kind], (session_id,)).fetchone()
-    conn.executemany(
-        _INSERT_MESSAGE[kind], [(session_id, seq + i, m) for i, m in enumerate(messages)]
-    )
+    if messages:
+        conn.executemany(_APPEND_MESSAGE[kind], [(session_id, m) for m in messages])
 
 
 def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -> None:
@@ -477,13 +479,9 @@ def _write_memory(conn: sqlite3.Connection, session_id: str, memory: GuardianMem
     """Store what the guardian's memory of a session gained (see `GuardianMemory`)."""
     if memory.snapshot is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, memory.snapshot))
-        conn.execute(_CLEAR_MEMORY_LOG, (session_id,))
-        seq = 0
-    else:
-        (seq,) = conn.execute(_NEXT_MEMORY_SEQ, (session_id,)).fetchone()
-    conn.executemany(
-        _APPEND_MEMORY_LOG, [(session_id, seq + i, r) for i, r in enumerate(memory.records)]
-    )
+        conn.execute(_CLEAR_MEMORY_LOG, (session_id,))  # the records after it count from 0
+    if memory.records:
+        conn.executemany(_APPEND_MEMORY_LOG, [(session_id, r) for r in memory.records])
 
 
 def _read_memory(conn: sqlite3.Connection, session_id: str) -> GuardianMemory | None:

@@ -1,7 +1,7 @@
 """Group commit in the SQLite store (issue 12): the writes queued while the writer thread is
 busy share one transaction, each in a savepoint of its own; none is answered before the
-COMMIT that holds it. Counted on the real writer connection through SQLite's statement trace,
-checked in the real database file."""
+COMMIT that holds it. And the statements a step costs. Counted on the real writer connection
+through SQLite's statement trace, checked in the real database file."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from aap_server.store import (
     TurnFence,
     turn_fence,
 )
-from aap_server.store.base import Compaction
+from aap_server.store.base import Compaction, GuardianMemory
 
 from .helpers import assistant, new_record, texts, user
 
@@ -301,3 +301,43 @@ async def test_a_cancelled_callers_write_still_commits_with_its_group(
     cancelled.cancel()
     await kept
     assert texts(await store.load_history(record.session_id, "compacted")) == ["a", "b"]
+
+
+async def test_a_step_appends_each_row_in_one_statement_with_no_lookup_beside(
+    store: SqliteSessionStore,
+) -> None:
+    record = new_record()
+    await store.create_session(record, [user("seed")])
+    first = GuardianMemory(records=(b"r0", b"r1"))
+    await store.commit(record.session_id, StepWrite(guardian_memory=first))
+    trace = await traced(store)
+    write = StepWrite(
+        full=[user("q"), assistant("a")],
+        compacted=[user("q"), assistant("a")],
+        guardian_memory=GuardianMemory(records=(b"r2", b"r3")),
+    )
+
+    await store.commit(record.session_id, write)
+
+    def touching(table: str) -> list[str]:
+        return [sql for sql in trace.statements if f" {table} " in f"{sql} "]
+
+    # One statement a row written (the next seq is looked up inside it), no SELECT beside.
+    assert len(touching("history_full")) == 2, touching("history_full")
+    assert len(touching("history_compacted")) == 2, touching("history_compacted")
+    assert len(touching("guardian_memory_log")) == 2, touching("guardian_memory_log")
+    assert texts(await store.load_history(record.session_id, "full")) == ["seed", "q", "a"]
+    assert texts(await store.load_history(record.session_id, "compacted")) == ["seed", "q", "a"]
+    snapshot = await store.load_turn(record.session_id, "alice")
+    assert snapshot is not None
+    assert snapshot.guardian_memory == GuardianMemory(records=(b"r0", b"r1", b"r2", b"r3"))
+
+    # A snapshot replaces the log: the records after it are numbered from 0 again.
+    whole = GuardianMemory(snapshot=b"all", records=(b"r4",))
+    await store.commit(record.session_id, StepWrite(guardian_memory=whole))
+    snapshot = await store.load_turn(record.session_id, "alice")
+    assert snapshot is not None
+    assert snapshot.guardian_memory == whole
+    assert await store._read(
+        lambda conn: conn.execute("SELECT seq FROM guardian_memory_log").fetchall()
+    ) == [(0,)]
