@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,19 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
         await store.close()
 
 
+async def while_writer_busy(store: SqliteSessionStore, *writes: Awaitable[Any]) -> list[Any]:
+    """Issue `writes` while another write is on the writer thread, then let that one finish;
+    their outcomes (results or exceptions). The held write is a transaction of its own."""
+    release = threading.Event()
+    holding = asyncio.ensure_future(store._write(lambda conn: release.wait(30)))
+    await asyncio.sleep(0)  # the held write goes to the thread
+    issued = [asyncio.ensure_future(write) for write in writes]
+    await asyncio.sleep(0)  # each is issued (and queued) before this task goes on
+    release.set()
+    await holding
+    return await asyncio.gather(*issued, return_exceptions=True)
+
+
 def step(text: str) -> StepWrite:
     return StepWrite(full=[user(text), assistant(text)], compacted=[user(text)])
 
@@ -82,14 +96,15 @@ async def test_concurrent_commits_share_one_transaction_and_all_land(
         await store.create_session(record, [user("seed")])
     trace = await traced(store)
 
-    # 30 turns' steps ready in one loop tick, and 3 more steps of one of them.
+    # 30 turns' steps ready in one loop tick, and 3 more steps of one of them: the first
+    # goes at once, the others queue behind it and go together.
     await asyncio.gather(
         *(store.commit(r.session_id, step(f"{i}")) for i, r in enumerate(records)),
         *(store.commit(records[0].session_id, step(f"more {i}")) for i in range(3)),
     )
 
-    assert trace.groups() == [33]  # one transaction, where each write was one before
-    assert store.write_transactions == 1 + 30  # and one per awaited create_session
+    assert trace.groups() == [1, 32]  # two transactions, where each write was one before
+    assert store.write_transactions == 30 + 2  # and one per awaited create_session
     # Acknowledged means committed: the file, read past the store, has every step.
     path = str(tmp_path / "s.db")
     for i, record in enumerate(records[1:], start=1):
@@ -118,12 +133,12 @@ async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
         full=[user("half")], compacted=[], compaction=Compaction(drop=5, replacement=[user("s")])
     )
 
-    outcomes = await asyncio.gather(
+    outcomes = await while_writer_busy(
+        store,
         store.commit(good.session_id, step("kept")),
         store.commit(bad.session_id, half),
         store.commit("sess_missing", step("nowhere")),
         store.commit(other.session_id, step("also kept")),
-        return_exceptions=True,
     )
 
     assert outcomes[0] is None
@@ -131,7 +146,7 @@ async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
     assert isinstance(outcomes[1], ValueError)
     assert "drops 5" in str(outcomes[1])
     assert isinstance(outcomes[2], KeyError)
-    assert trace.groups() == [4]
+    assert trace.groups() == [1, 4]
     assert texts(await store.load_history(good.session_id, "full")) == ["seed", "kept", "kept"]
     assert texts(await store.load_history(other.session_id, "full")) == [
         "seed",
@@ -166,11 +181,11 @@ async def test_when_the_commit_itself_fails_every_write_of_the_group_fails(
             "INSERT INTO agent_state (session_id, key, value) VALUES ('sess_gone', 'k', x'00')"
         )
 
-    outcomes = await asyncio.gather(
+    outcomes = await while_writer_busy(
+        store,
         store.commit(first.session_id, step("lost")),
         store._write(dangling),
         store.commit(second.session_id, step("lost too")),
-        return_exceptions=True,
     )
 
     assert [type(o) for o in outcomes] == [sqlite3.IntegrityError] * 3, outcomes
@@ -191,9 +206,11 @@ async def test_a_group_holds_at_most_group_max_writes(
     await store.create_session(record, [])
     trace = await traced(store)
 
-    await asyncio.gather(*(store.commit(record.session_id, step(f"{i}")) for i in range(10)))
+    await while_writer_busy(
+        store, *(store.commit(record.session_id, step(f"{i}")) for i in range(10))
+    )
 
-    assert trace.groups() == [4, 4, 2]
+    assert trace.groups() == [1, 4, 4, 2]
     history = await store.load_history(record.session_id, "compacted")
     assert texts(history) == [f"{i}" for i in range(10)]  # in the order they were issued
 
@@ -208,12 +225,13 @@ async def test_a_group_closes_at_group_max_bytes_and_a_bigger_write_goes_alone(
     small = StepWrite(full=[user("x" * 1000)])  # a little over 1000 bytes encoded
     big = StepWrite(full=[user("y" * 5000)])
 
-    await asyncio.gather(
+    await while_writer_busy(
+        store,
         store.commit(record.session_id, big),
         *(store.commit(record.session_id, small) for _ in range(6)),
     )
 
-    assert trace.groups() == [1, 3, 3]
+    assert trace.groups() == [1, 1, 3, 3]
     assert len(await store.load_history(record.session_id, "full")) == 7
 
 
@@ -231,24 +249,24 @@ async def test_a_stale_turns_step_is_refused_in_a_group_and_the_others_land(
         assert await store.take_turn(stale.session_id, "turn_new", 30) is None
         trace = await traced(store)
 
-        def fenced(record_id: str, turn_id: str, text: str) -> asyncio.Task[None]:
-            token = turn_fence.set(TurnFence(record_id, turn_id))
-            try:  # the task keeps the context it was created in
-                return asyncio.ensure_future(store.commit(record_id, step(text)))
+        async def fenced(session_id: str, turn_id: str, text: str) -> None:
+            token = turn_fence.set(TurnFence(session_id, turn_id))
+            try:
+                await store.commit(session_id, step(text))
             finally:
                 turn_fence.reset(token)
 
-        outcomes = await asyncio.gather(
+        outcomes = await while_writer_busy(
+            store,
             store.commit(live.session_id, step("live")),
             fenced(stale.session_id, "turn_old", "late"),
             fenced(stale.session_id, "turn_new", "current"),
-            return_exceptions=True,
         )
 
         assert outcomes[0] is None
         assert outcomes[2] is None
         assert isinstance(outcomes[1], LeaseLostError)
-        assert trace.groups() == [3]
+        assert trace.groups() == [1, 3]
         assert texts(await store.load_history(stale.session_id, "full")) == [
             "seed",
             "current",
@@ -270,15 +288,15 @@ async def test_a_turn_over_the_quota_takes_no_lease_while_its_group_commits(
         assert await store.take_turn("sess_running", "turn_1", 30, owner="alice") is None
         trace = await traced(store)
 
-        outcomes = await asyncio.gather(
+        outcomes = await while_writer_busy(
+            store,
             store.take_turn("sess_over", "turn_2", 30, owner="alice", max_turns=1),
             store.commit(record.session_id, step("kept")),
-            return_exceptions=True,
         )
 
         assert isinstance(outcomes[0], QuotaExceededError)
         assert outcomes[1] is None
-        assert trace.groups() == [2]
+        assert trace.groups() == [1, 2]
         assert await store.turn_holder("sess_over") is None  # its take was rolled back
         assert texts(await store.load_history(record.session_id, "full")) == [
             "seed",
@@ -292,14 +310,22 @@ async def test_a_turn_over_the_quota_takes_no_lease_while_its_group_commits(
 async def test_a_cancelled_callers_write_still_commits_with_its_group(
     store: SqliteSessionStore,
 ) -> None:
-    """As before group commit: a write handed to the database is not taken back."""
+    """As before group commit: a write handed to the store is not taken back (its turn's
+    events may already be on their way); its caller just stops waiting."""
     record = new_record()
     await store.create_session(record, [])
+    release = threading.Event()
+    holding = asyncio.ensure_future(store._write(lambda conn: release.wait(30)))
+    await asyncio.sleep(0)
     cancelled = asyncio.ensure_future(store.commit(record.session_id, step("a")))
     kept = asyncio.ensure_future(store.commit(record.session_id, step("b")))
-    await asyncio.sleep(0)  # both queued
+    await asyncio.sleep(0)  # both queued behind the held write
     cancelled.cancel()
+    release.set()
+    await holding
     await kept
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
     assert texts(await store.load_history(record.session_id, "compacted")) == ["a", "b"]
 
 
