@@ -301,6 +301,9 @@ def _setup_sync(conn: sqlite3.Connection, wal: bool) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer's job
     conn.execute("PRAGMA synchronous = NORMAL")
+    # A group commit's savepoints keep the pages they change in a sub-journal: in memory,
+    # not a temporary file (measured: ~5 pwrite calls fewer per write of a group).
+    conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS:d}")
     migrate(conn)

@@ -198,6 +198,13 @@ async def test_when_the_commit_itself_fails_every_write_of_the_group_fails(
     assert raw(path, count, (first.session_id,)) == [(3,)]
 
 
+async def test_the_savepoints_journal_in_memory_not_in_a_temporary_file(
+    store: SqliteSessionStore,
+) -> None:
+    temp_store = await store._run(lambda conn: conn.execute("PRAGMA temp_store").fetchone())
+    assert temp_store == (2,)  # MEMORY
+
+
 async def test_a_group_holds_at_most_group_max_writes(
     store: SqliteSessionStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
