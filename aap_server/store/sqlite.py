@@ -7,6 +7,11 @@ whole transaction (BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error) costs o
 hop instead of one per statement (~60 µs each). Since the database thread runs one function
 at a time, no other operation can ever observe a transaction half done.
 
+Writes are committed in groups: the writes queued while the writer thread is busy (or issued
+in the same event-loop tick) go to it in ONE hop and share ONE transaction, each in a
+savepoint of its own, so a write that fails is undone alone and only its caller sees the
+error. No caller is answered before the COMMIT holding its write has returned.
+
 Values are msgspec JSON bytes stored as BLOBs; history is one row per message keyed by
 (session_id, seq), so appending looks up `MAX(seq)` through the primary key and never reads
 the history before it.
@@ -20,7 +25,9 @@ import logging
 import os
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import aiosqlite
@@ -93,6 +100,11 @@ CHECKPOINT_SECONDS = 0.2
 # running write: passive checkpoints alone never reset a WAL that is written without a pause.
 WAL_RESTART_PAGES = 4000
 
+# Group commit: a group closes at this many writes, or once its writes' encoded rows reach
+# this many bytes (a single bigger write goes alone), so that one transaction stays short.
+GROUP_MAX_WRITES = 64
+GROUP_MAX_BYTES = 4 * 1024 * 1024
+
 # --- SQL -----------------------------------------------------------------------------------
 # Constant statements only (one per history table), never SQL built from values.
 
@@ -125,9 +137,14 @@ _LIST_AFTER = (
     "ORDER BY session_id DESC LIMIT ?"
 )
 
-_NEXT_SEQ = {
-    "full": "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = ?",
-    "compacted": "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = ?",
+# One statement a message: its seq is the next one, looked up through the primary key in
+# the same statement (executemany runs it per row, each one seeing the rows before it). A
+# scalar subquery, not INSERT ... SELECT, which would copy through a temporary table.
+_APPEND_MESSAGE = {
+    "full": "INSERT INTO history_full (session_id, seq, message) VALUES (?1, "
+    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = ?1), ?2)",
+    "compacted": "INSERT INTO history_compacted (session_id, seq, message) VALUES (?1, "
+    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = ?1), ?2)",
 }
 _INSERT_MESSAGE = {
     "full": "INSERT INTO history_full (session_id, seq, message) VALUES (?, ?, ?)",
@@ -165,8 +182,10 @@ _UPSERT_MEMORY = (
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = ?"
 _CLEAR_MEMORY_LOG = "DELETE FROM guardian_memory_log WHERE session_id = ?"
-_NEXT_MEMORY_SEQ = "SELECT coalesce(max(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = ?"
-_APPEND_MEMORY_LOG = "INSERT INTO guardian_memory_log (session_id, seq, record) VALUES (?, ?, ?)"
+_APPEND_MEMORY_LOG = (
+    "INSERT INTO guardian_memory_log (session_id, seq, record) VALUES (?1, "
+    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = ?1), ?2)"
+)
 _SELECT_MEMORY_LOG = "SELECT record FROM guardian_memory_log WHERE session_id = ? ORDER BY seq"
 _STATE_SIZE = "SELECT length(value) FROM agent_state WHERE session_id = ? AND key = ?"
 _DROPPED_SIZE = (
@@ -282,6 +301,9 @@ def _setup_sync(conn: sqlite3.Connection, wal: bool) -> None:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer's job
     conn.execute("PRAGMA synchronous = NORMAL")
+    # A group commit's savepoints keep the pages they change in a sub-journal: in memory,
+    # not a temporary file (measured: ~5 pwrite calls fewer per write of a group).
+    conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS:d}")
     migrate(conn)
@@ -357,29 +379,58 @@ class Checkpointer:
         self.checkpoints += 1
 
 
-def _transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
-    """Run `body` in BEGIN IMMEDIATE ... COMMIT; roll back on any exception."""
+# A write's outcome as the group gives it back: (True, result) or (False, its exception).
+_Outcome = tuple[bool, Any]
+_Body = Callable[[sqlite3.Connection], Any]
+# A write waiting for the writer thread: its body, about the bytes it stores, its caller's future.
+_Queued = tuple[_Body, int, "asyncio.Future[Any]"]
+
+
+def _group_transaction(conn: sqlite3.Connection, bodies: Sequence[_Body]) -> list[_Outcome]:
+    """Run `bodies` in order in one BEGIN IMMEDIATE ... COMMIT, each in a savepoint of its own
+    (a body that raises is rolled back alone and its outcome is the exception). Raises, with
+    nothing of the group stored, if the transaction itself fails: BEGIN, COMMIT, or an error
+    after which SQLite has rolled the whole transaction back (full disk, I/O)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        result = body(conn)
+        if len(bodies) == 1:  # alone: the transaction is its savepoint (two statements fewer)
+            outcomes: list[_Outcome] = [(True, bodies[0](conn))]
+        else:
+            outcomes = [_savepoint(conn, body) for body in bodies]
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return result
+    return outcomes
 
 
-def _locked_transaction(
-    lock: int, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]
-) -> _T:
-    """`_transaction` under an exclusive flock shared by every worker on the file: writers
-    queue in the kernel and the next one wakes as soon as the last commits, instead of
-    polling SQLite's write lock through the busy handler, which sleeps 1, 2, 5, 10 … ms
-    between tries (measured: p99 2x with 2 workers under load)."""
+def _savepoint(conn: sqlite3.Connection, body: _Body) -> _Outcome:
+    conn.execute("SAVEPOINT write")
+    try:
+        result = body(conn)
+    except Exception as error:
+        if not conn.in_transaction:  # SQLite ended the transaction: the whole group is lost
+            raise
+        conn.execute("ROLLBACK TO write")
+        conn.execute("RELEASE write")
+        return False, error
+    conn.execute("RELEASE write")
+    return True, result
+
+
+def _locked_group_transaction(
+    lock: int | None, bodies: Sequence[_Body], conn: sqlite3.Connection
+) -> list[_Outcome]:
+    """`_group_transaction`, under an exclusive flock shared by every worker on the file when
+    there are several (`lock`): writers queue in the kernel and the next one wakes as soon as
+    the last commits, instead of polling SQLite's write lock through the busy handler, which
+    sleeps 1, 2, 5, 10 … ms between tries (measured: p99 2x with 2 workers under load)."""
+    if lock is None:
+        return _group_transaction(conn, bodies)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        return _transaction(conn, body)
+        return _group_transaction(conn, bodies)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -387,12 +438,8 @@ def _locked_transaction(
 def _append(
     conn: sqlite3.Connection, kind: HistoryKind, session_id: str, messages: Sequence[bytes]
 ) -> None:
-    if not messages:
-        return
-    (seq,) = conn.execute(_NEXT_SEQ[kind], (session_id,)).fetchone()
-    conn.executemany(
-        _INSERT_MESSAGE[kind], [(session_id, seq + i, m) for i, m in enumerate(messages)]
-    )
+    if messages:
+        conn.executemany(_APPEND_MESSAGE[kind], [(session_id, m) for m in messages])
 
 
 def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -> None:
@@ -436,13 +483,9 @@ def _write_memory(conn: sqlite3.Connection, session_id: str, memory: GuardianMem
     """Store what the guardian's memory of a session gained (see `GuardianMemory`)."""
     if memory.snapshot is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, memory.snapshot))
-        conn.execute(_CLEAR_MEMORY_LOG, (session_id,))
-        seq = 0
-    else:
-        (seq,) = conn.execute(_NEXT_MEMORY_SEQ, (session_id,)).fetchone()
-    conn.executemany(
-        _APPEND_MEMORY_LOG, [(session_id, seq + i, r) for i, r in enumerate(memory.records)]
-    )
+        conn.execute(_CLEAR_MEMORY_LOG, (session_id,))  # the records after it count from 0
+    if memory.records:
+        conn.executemany(_APPEND_MEMORY_LOG, [(session_id, r) for r in memory.records])
 
 
 def _read_memory(conn: sqlite3.Connection, session_id: str) -> GuardianMemory | None:
@@ -705,6 +748,13 @@ class SqliteSessionStore(SessionStore):
         self._reader: aiosqlite.Connection | None = None
         self._reader_conn: sqlite3.Connection | None = None
         self.checkpointer: Checkpointer | None = None
+        # Group commit (see `_write`): the writes waiting for the writer thread, the task
+        # sending them, and how many write transactions it has committed (for tests, bench).
+        self._writing = False  # a write transaction is on the thread (or about to be)
+        self._queued: deque[_Queued] = deque()
+        self._committer: asyncio.Task[None] | None = None
+        self._idle: asyncio.Future[None] | None = None  # close() waiting for the last write
+        self.write_transactions = 0
 
     # -- plumbing ---------------------------------------------------------------------------
     #
@@ -713,6 +763,13 @@ class SqliteSessionStore(SessionStore):
     # interleave and no read can see one half done. A lock would only add an event-loop
     # round trip between queued transactions (measured: ~20% fewer commits/s with 50
     # concurrent writers). Reinstate one if a transaction ever spans several hops.
+    #
+    # Group commit. A write issued while the writer is idle goes at once, alone, from its own
+    # caller (no task, no extra loop turn: the cost of one write at a time is unchanged).
+    # One issued while a write transaction is on the thread is queued with its future; when
+    # that transaction returns, the committer task sends everything queued so far (up to
+    # GROUP_MAX_WRITES / GROUP_MAX_BYTES) as one group transaction, answers the group's
+    # callers after its COMMIT, and goes on while writes are queued.
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         db, conn = self._db, self._conn
@@ -728,15 +785,78 @@ class SqliteSessionStore(SessionStore):
             return await self._run(body)
         return await _call(db, conn, lambda c: _snapshot(c, body))
 
-    async def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
-        lock = self._writer_lock
-        if lock is None:
-            result = await self._run(lambda conn: _transaction(conn, body))
-        else:
-            result = await self._run(lambda conn: _locked_transaction(lock, conn, body))
+    async def _write(self, body: Callable[[sqlite3.Connection], _T], size: int = 0) -> _T:
+        """`body` in a write transaction (shared with the writes queued beside it), answered
+        once that transaction has committed; `size`: about the bytes it stores."""
+        db, conn = self._db, self._conn
+        if db is None or conn is None:
+            raise RuntimeError("SqliteSessionStore is not open")
+        if self._writing:
+            done: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+            self._queued.append((body, size, done))
+            return await done
+        self._writing = True
+        try:
+            job = partial(_locked_group_transaction, self._writer_lock, [body])
+            ((_, result),) = await _call(db, conn, job)  # a lone body's error is raised
+        finally:
+            self._wrote(db, conn)
+        self._committed()
+        return cast("_T", result)
+
+    def _wrote(self, db: aiosqlite.Connection, conn: sqlite3.Connection) -> None:
+        """A write transaction returned: the writes queued meanwhile go next, as a group."""
+        if self._queued:
+            self._committer = asyncio.get_running_loop().create_task(self._commit_queued(db, conn))
+            return
+        self._writing = False
+        if self._idle is not None:
+            self._idle.set_result(None)
+            self._idle = None
+
+    def _committed(self) -> None:
+        self.write_transactions += 1
         if self.checkpointer is not None:
             self.checkpointer.commits += 1
-        return result
+
+    def _next_group(self) -> list[_Queued]:
+        queued, size = self._queued, 0
+        group: list[_Queued] = []
+        while queued and len(group) < GROUP_MAX_WRITES and (not group or size < GROUP_MAX_BYTES):
+            group.append(queued.popleft())
+            size += group[-1][1]
+        return group
+
+    async def _commit_queued(self, db: aiosqlite.Connection, conn: sqlite3.Connection) -> None:
+        lock = self._writer_lock
+        try:
+            while self._queued:
+                group = self._next_group()
+                job = partial(_locked_group_transaction, lock, [body for body, _, _ in group])
+                try:
+                    outcomes = await _call(db, conn, job)
+                except Exception as error:  # nothing of the group was stored
+                    for _, _, done in group:
+                        if not done.done():
+                            done.set_exception(error)
+                    continue
+                except BaseException:  # cancelled (loop shutting down): so are its callers
+                    for _, _, done in group:
+                        done.cancel()
+                    raise
+                self._committed()
+                for (_, _, done), (ok, value) in zip(group, outcomes, strict=True):
+                    if done.done():  # its caller was cancelled (the write still committed)
+                        continue
+                    if ok:
+                        done.set_result(value)
+                    else:
+                        done.set_exception(value)
+        finally:
+            self._committer = None
+            while self._queued:  # only when cancelled: nothing runs them now
+                self._queued.popleft()[2].cancel()
+            self._wrote(db, conn)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -773,6 +893,9 @@ class SqliteSessionStore(SessionStore):
         if db is None or conn is None:
             return
         self._db = self._conn = None  # new operations fail fast from here on
+        if self._writing:  # the writes already issued commit first
+            self._idle = asyncio.get_running_loop().create_future()
+            await self._idle
         reader, self._reader, self._reader_conn = self._reader, None, None
         if reader is not None:
             await reader.close()  # after the reads already queued on it
@@ -808,7 +931,8 @@ class SqliteSessionStore(SessionStore):
         messages = [ENCODER.encode(m) for m in seed]
         limits = self._limits
         await self._write(
-            lambda conn: _create_sync(conn, limits, row, messages, audit, guardian_memory)
+            lambda conn: _create_sync(conn, limits, row, messages, audit, guardian_memory),
+            2 * sum(map(len, messages)),
         )
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
@@ -894,16 +1018,17 @@ class SqliteSessionStore(SessionStore):
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
         step = encode_step(write)
+        size = step.appended_bytes
         fence = turn_fence.get() if self.shared_leases else None
         if fence is None or fence.session_id != session_id:
-            await self._write(lambda conn: _commit_sync(conn, session_id, step))
+            await self._write(lambda conn: _commit_sync(conn, session_id, step), size)
             return
 
         def fenced(conn: sqlite3.Connection) -> None:
             _check_fence_sync(conn, fence)
             _commit_sync(conn, session_id, step)
 
-        await self._write(fenced)
+        await self._write(fenced, size)
 
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         if limit < 1:

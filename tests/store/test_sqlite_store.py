@@ -188,7 +188,7 @@ def test_appends_and_pages_are_index_seeks_not_scans() -> None:
     """The cost of a step must not depend on the history before it."""
     with closing(sqlite3.connect(":memory:", isolation_level=None)) as conn:
         migrate(conn)
-        for sql in (*sqlite_module._NEXT_SEQ.values(), sqlite_module._OLDEST_COMPACTED):
+        for sql in (*sqlite_module._APPEND_MESSAGE.values(), sqlite_module._OLDEST_COMPACTED):
             plan = " ".join(
                 row[3]
                 for row in conn.execute("EXPLAIN QUERY PLAN " + sql, ("s", 1)[: sql.count("?")])

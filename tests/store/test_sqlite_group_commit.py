@@ -1,0 +1,376 @@
+"""Group commit in the SQLite store (issue 12): the writes queued while the writer thread is
+busy share one transaction, each in a savepoint of its own; none is answered before the
+COMMIT that holds it. And the statements a step costs. Counted on the real writer connection
+through SQLite's statement trace, checked in the real database file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aap_server.store.sqlite as sqlite_module
+from aap_server.store import (
+    LeaseLostError,
+    QuotaExceededError,
+    SqliteSessionStore,
+    StepWrite,
+    TurnFence,
+    turn_fence,
+)
+from aap_server.store.base import Compaction, GuardianMemory
+
+from .helpers import assistant, new_record, texts, user
+
+
+def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read the database file directly, bypassing the store."""
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+class Trace:
+    """The statements the writer connection runs, as SQLite reports them."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def groups(self) -> list[int]:
+        """How many writes each committed transaction held (a lone write has no savepoint)."""
+        sizes: list[int] = []
+        savepoints = 0
+        for sql in self.statements:
+            if sql == "BEGIN IMMEDIATE":
+                savepoints = 0
+            elif sql == "SAVEPOINT write":
+                savepoints += 1
+            elif sql == "COMMIT":
+                sizes.append(max(savepoints, 1))
+        return sizes
+
+
+async def traced(store: SqliteSessionStore) -> Trace:
+    trace = Trace()
+    await store._run(lambda conn: conn.set_trace_callback(trace.statements.append))
+    return trace
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteSessionStore]:
+    store = SqliteSessionStore(str(tmp_path / "s.db"))
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def while_writer_busy(store: SqliteSessionStore, *writes: Awaitable[Any]) -> list[Any]:
+    """Issue `writes` while another write is on the writer thread, then let that one finish;
+    their outcomes (results or exceptions). The held write is a transaction of its own."""
+    release = threading.Event()
+    holding = asyncio.ensure_future(store._write(lambda conn: release.wait(30)))
+    await asyncio.sleep(0)  # the held write goes to the thread
+    issued = [asyncio.ensure_future(write) for write in writes]
+    await asyncio.sleep(0)  # each is issued (and queued) before this task goes on
+    release.set()
+    await holding
+    return await asyncio.gather(*issued, return_exceptions=True)
+
+
+def step(text: str) -> StepWrite:
+    return StepWrite(full=[user(text), assistant(text)], compacted=[user(text)])
+
+
+async def test_concurrent_commits_share_one_transaction_and_all_land(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    records = [new_record() for _ in range(30)]
+    for record in records:
+        await store.create_session(record, [user("seed")])
+    trace = await traced(store)
+
+    # 30 turns' steps ready in one loop tick, and 3 more steps of one of them: the first
+    # goes at once, the others queue behind it and go together.
+    await asyncio.gather(
+        *(store.commit(r.session_id, step(f"{i}")) for i, r in enumerate(records)),
+        *(store.commit(records[0].session_id, step(f"more {i}")) for i in range(3)),
+    )
+
+    assert trace.groups() == [1, 32]  # two transactions, where each write was one before
+    assert store.write_transactions == 30 + 2  # and one per awaited create_session
+    # Acknowledged means committed: the file, read past the store, has every step.
+    path = str(tmp_path / "s.db")
+    for i, record in enumerate(records[1:], start=1):
+        rows = raw(
+            path, "SELECT COUNT(*) FROM history_full WHERE session_id = ?", (record.session_id,)
+        )
+        assert rows == [(3,)], i
+    assert texts(await store.load_history(records[0].session_id, "compacted")) == [
+        "seed",
+        "0",
+        "more 0",
+        "more 1",
+        "more 2",
+    ]
+
+
+async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    good, bad, other = new_record(), new_record(), new_record()
+    for record in (good, bad, other):
+        await store.create_session(record, [user("seed")])
+    trace = await traced(store)
+    # Appends to the full history first, then finds too few compacted messages to drop.
+    half = StepWrite(
+        full=[user("half")], compacted=[], compaction=Compaction(drop=5, replacement=[user("s")])
+    )
+
+    outcomes = await while_writer_busy(
+        store,
+        store.commit(good.session_id, step("kept")),
+        store.commit(bad.session_id, half),
+        store.commit("sess_missing", step("nowhere")),
+        store.commit(other.session_id, step("also kept")),
+    )
+
+    assert outcomes[0] is None
+    assert outcomes[3] is None
+    assert isinstance(outcomes[1], ValueError)
+    assert "drops 5" in str(outcomes[1])
+    assert isinstance(outcomes[2], KeyError)
+    assert trace.groups() == [1, 4]
+    assert texts(await store.load_history(good.session_id, "full")) == ["seed", "kept", "kept"]
+    assert texts(await store.load_history(other.session_id, "full")) == [
+        "seed",
+        "also kept",
+        "also kept",
+    ]
+    # Nothing of the failed step: not its first rows, not its bytes in the owner's usage.
+    assert texts(await store.load_history(bad.session_id, "full")) == ["seed"]
+    path = str(tmp_path / "s.db")
+    assert raw(path, "SELECT COUNT(*) FROM history_full WHERE session_id = 'sess_missing'") == [
+        (0,)
+    ]
+    stored = raw(
+        path,
+        "SELECT (SELECT SUM(length(message)) FROM history_full)"
+        " + (SELECT SUM(length(message)) FROM history_compacted)",
+    )[0][0]
+    assert raw(path, "SELECT stored_bytes FROM owner_usage WHERE owner = 'alice'") == [(stored,)]
+
+
+async def test_when_the_commit_itself_fails_every_write_of_the_group_fails(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    first, second = new_record(), new_record()
+    for record in (first, second):
+        await store.create_session(record, [user("seed")])
+
+    def dangling(conn: sqlite3.Connection) -> None:
+        # A foreign key checked at COMMIT (deferred): the COMMIT of the whole group fails.
+        conn.execute("PRAGMA defer_foreign_keys = ON")
+        conn.execute(
+            "INSERT INTO agent_state (session_id, key, value) VALUES ('sess_gone', 'k', x'00')"
+        )
+
+    outcomes = await while_writer_busy(
+        store,
+        store.commit(first.session_id, step("lost")),
+        store._write(dangling),
+        store.commit(second.session_id, step("lost too")),
+    )
+
+    assert [type(o) for o in outcomes] == [sqlite3.IntegrityError] * 3, outcomes
+    for record in (first, second):
+        assert texts(await store.load_history(record.session_id, "full")) == ["seed"]
+    # The writer goes on: the next write commits.
+    await store.commit(first.session_id, step("next"))
+    path = str(tmp_path / "s.db")
+    count = "SELECT COUNT(*) FROM history_full WHERE session_id = ?"
+    assert raw(path, count, (first.session_id,)) == [(3,)]
+
+
+async def test_the_savepoints_journal_in_memory_not_in_a_temporary_file(
+    store: SqliteSessionStore,
+) -> None:
+    temp_store = await store._run(lambda conn: conn.execute("PRAGMA temp_store").fetchone())
+    assert temp_store == (2,)  # MEMORY
+
+
+async def test_a_group_holds_at_most_group_max_writes(
+    store: SqliteSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "GROUP_MAX_WRITES", 4)
+    record = new_record()
+    await store.create_session(record, [])
+    trace = await traced(store)
+
+    await while_writer_busy(
+        store, *(store.commit(record.session_id, step(f"{i}")) for i in range(10))
+    )
+
+    assert trace.groups() == [1, 4, 4, 2]
+    history = await store.load_history(record.session_id, "compacted")
+    assert texts(history) == [f"{i}" for i in range(10)]  # in the order they were issued
+
+
+async def test_a_group_closes_at_group_max_bytes_and_a_bigger_write_goes_alone(
+    store: SqliteSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "GROUP_MAX_BYTES", 3000)
+    record = new_record()
+    await store.create_session(record, [])
+    trace = await traced(store)
+    small = StepWrite(full=[user("x" * 1000)])  # a little over 1000 bytes encoded
+    big = StepWrite(full=[user("y" * 5000)])
+
+    await while_writer_busy(
+        store,
+        store.commit(record.session_id, big),
+        *(store.commit(record.session_id, small) for _ in range(6)),
+    )
+
+    assert trace.groups() == [1, 1, 3, 3]
+    assert len(await store.load_history(record.session_id, "full")) == 7
+
+
+async def test_a_stale_turns_step_is_refused_in_a_group_and_the_others_land(
+    tmp_path: Path,
+) -> None:
+    store = SqliteSessionStore(str(tmp_path / "w.db"), shared_leases=True)
+    await store.open()
+    try:
+        stale, live = new_record(), new_record()
+        for record in (stale, live):
+            await store.create_session(record, [user("seed")])
+        assert await store.take_turn(stale.session_id, "turn_old", 30) is None
+        await store.release_turn(stale.session_id, "turn_old")
+        assert await store.take_turn(stale.session_id, "turn_new", 30) is None
+        trace = await traced(store)
+
+        async def fenced(session_id: str, turn_id: str, text: str) -> None:
+            token = turn_fence.set(TurnFence(session_id, turn_id))
+            try:
+                await store.commit(session_id, step(text))
+            finally:
+                turn_fence.reset(token)
+
+        outcomes = await while_writer_busy(
+            store,
+            store.commit(live.session_id, step("live")),
+            fenced(stale.session_id, "turn_old", "late"),
+            fenced(stale.session_id, "turn_new", "current"),
+        )
+
+        assert outcomes[0] is None
+        assert outcomes[2] is None
+        assert isinstance(outcomes[1], LeaseLostError)
+        assert trace.groups() == [1, 3]
+        assert texts(await store.load_history(stale.session_id, "full")) == [
+            "seed",
+            "current",
+            "current",
+        ]
+        assert texts(await store.load_history(live.session_id, "full")) == ["seed", "live", "live"]
+    finally:
+        await store.close()
+
+
+async def test_a_turn_over_the_quota_takes_no_lease_while_its_group_commits(
+    tmp_path: Path,
+) -> None:
+    store = SqliteSessionStore(str(tmp_path / "w.db"), shared_leases=True)
+    await store.open()
+    try:
+        record = new_record()
+        await store.create_session(record, [user("seed")])
+        assert await store.take_turn("sess_running", "turn_1", 30, owner="alice") is None
+        trace = await traced(store)
+
+        outcomes = await while_writer_busy(
+            store,
+            store.take_turn("sess_over", "turn_2", 30, owner="alice", max_turns=1),
+            store.commit(record.session_id, step("kept")),
+        )
+
+        assert isinstance(outcomes[0], QuotaExceededError)
+        assert outcomes[1] is None
+        assert trace.groups() == [1, 2]
+        assert await store.turn_holder("sess_over") is None  # its take was rolled back
+        assert texts(await store.load_history(record.session_id, "full")) == [
+            "seed",
+            "kept",
+            "kept",
+        ]
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_callers_write_still_commits_with_its_group(
+    store: SqliteSessionStore,
+) -> None:
+    """As before group commit: a write handed to the store is not taken back (its turn's
+    events may already be on their way); its caller just stops waiting."""
+    record = new_record()
+    await store.create_session(record, [])
+    release = threading.Event()
+    holding = asyncio.ensure_future(store._write(lambda conn: release.wait(30)))
+    await asyncio.sleep(0)
+    cancelled = asyncio.ensure_future(store.commit(record.session_id, step("a")))
+    kept = asyncio.ensure_future(store.commit(record.session_id, step("b")))
+    await asyncio.sleep(0)  # both queued behind the held write
+    cancelled.cancel()
+    release.set()
+    await holding
+    await kept
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert texts(await store.load_history(record.session_id, "compacted")) == ["a", "b"]
+
+
+async def test_a_step_appends_each_row_in_one_statement_with_no_lookup_beside(
+    store: SqliteSessionStore,
+) -> None:
+    record = new_record()
+    await store.create_session(record, [user("seed")])
+    first = GuardianMemory(records=(b"r0", b"r1"))
+    await store.commit(record.session_id, StepWrite(guardian_memory=first))
+    trace = await traced(store)
+    write = StepWrite(
+        full=[user("q"), assistant("a")],
+        compacted=[user("q"), assistant("a")],
+        guardian_memory=GuardianMemory(records=(b"r2", b"r3")),
+    )
+
+    await store.commit(record.session_id, write)
+
+    def touching(table: str) -> list[str]:
+        return [sql for sql in trace.statements if f" {table} " in f"{sql} "]
+
+    # One statement a row written (the next seq is looked up inside it), no SELECT beside.
+    assert len(touching("history_full")) == 2, touching("history_full")
+    assert len(touching("history_compacted")) == 2, touching("history_compacted")
+    assert len(touching("guardian_memory_log")) == 2, touching("guardian_memory_log")
+    assert texts(await store.load_history(record.session_id, "full")) == ["seed", "q", "a"]
+    assert texts(await store.load_history(record.session_id, "compacted")) == ["seed", "q", "a"]
+    snapshot = await store.load_turn(record.session_id, "alice")
+    assert snapshot is not None
+    assert snapshot.guardian_memory == GuardianMemory(records=(b"r0", b"r1", b"r2", b"r3"))
+
+    # A snapshot replaces the log: the records after it are numbered from 0 again.
+    whole = GuardianMemory(snapshot=b"all", records=(b"r4",))
+    await store.commit(record.session_id, StepWrite(guardian_memory=whole))
+    snapshot = await store.load_turn(record.session_id, "alice")
+    assert snapshot is not None
+    assert snapshot.guardian_memory == whole
+    assert await store._read(
+        lambda conn: conn.execute("SELECT seq FROM guardian_memory_log").fetchall()
+    ) == [(0,)]
