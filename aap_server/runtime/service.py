@@ -385,6 +385,8 @@ class AapService:
         observed: TurnObservation | None = None
         running = False  # once the turn's task runs, the task frees what the turn holds
         fence: Token[TurnFence | None] | None = None
+        kept: CachedSession | None = None  # the session as the turn found it (cache on)
+        run: TurnRun | None = None
         try:
             # A session kept in memory is not read again: the quota check its read would
             # have made is made in the lease's transaction instead.
@@ -441,6 +443,8 @@ class AapService:
             if fence is not None:
                 turn_fence.reset(fence)
             if not running:  # refused, or nothing to run
+                if kept is not None and (run is None or not (run.committed or run.write_failed)):
+                    self.sessions.put(session_id, kept)  # nothing written: still the session
                 await self._end_turn(principal, session_id, turn.turn_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -283,3 +283,16 @@ def test_the_cache_settings_refuse_negative_values(tmp_path: Path, field: str) -
     with pytest.raises(ValueError, match=field):
         settings(tmp_path, **{field: -1})
     assert getattr(settings(tmp_path, **{field: 0}), field) == 0
+
+
+async def test_a_turn_refused_before_it_wrote_anything_keeps_the_session(tmp_path: Path) -> None:
+    async with served(tmp_path) as h:
+        service = service_of(h)
+        session_id = await create_session(h)
+        assert (await run_turn(h, session_id, "hello")).stop == "end_turn"
+        refused = await run_turn(h, session_id, "hi", agent={"options": {"style": "shout"}})
+        assert refused.status == 400  # an option value the agent does not offer
+        assert session_id in service.sessions
+        await assert_kept_as_stored(h, session_id)
+        assert (await run_turn(h, session_id, "again")).stop == "end_turn"
+        assert service.sessions.hits == 2
