@@ -94,6 +94,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # default: one per usable core; one for `:memory:`). With a SQLite file and more than
     # one, the turn lease is kept in the file.
     workers: int = 0
+    # Sessions each process keeps in memory after a turn on them, so the next turn there
+    # does not read them back (least recently used go first): at most this many, and this
+    # many bytes in all (as stored: compacted history, agent state, guardian memory). 0: off.
+    session_cache_sessions: int = 10_000
+    session_cache_bytes: int = 64 * 1024 * 1024
     api_keys: list[ApiKey] = msgspec.field(default_factory=list)
     # Serve GET /meta without a key (AAP allows capability discovery in public).
     public_meta: bool = True
@@ -218,6 +223,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        for name in ("session_cache_sessions", "session_cache_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 (no cache) or more")
         if self.workers < 0:
             raise ValueError("workers must be 0 (one per core) or more")
         if self.db == ":memory:" and self.worker_processes() > 1:

@@ -197,6 +197,8 @@ def create_app(
         page_size=settings.page_size,
         refuse_modified_input=settings.refuse_modified_input,
         turn_lease_seconds=settings.turn_lease_seconds,
+        session_cache_sessions=settings.session_cache_sessions,
+        session_cache_bytes=settings.session_cache_bytes,
         limits=RequestLimits(
             max_messages=settings.max_messages_per_request,
             max_blocks_per_message=settings.max_blocks_per_message,

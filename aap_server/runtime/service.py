@@ -46,6 +46,7 @@ from aap_server.runtime.registry import (
     redact_all,
 )
 from aap_server.runtime.seed import guard_client_config, guard_new_session
+from aap_server.runtime.session_cache import CachedSession, SessionCache
 from aap_server.runtime.tool_runs import close_interrupted
 from aap_server.runtime.triggered import Trigger, admit_trigger
 from aap_server.runtime.turn import TurnRun
@@ -69,6 +70,7 @@ from aap_server.store import (
     SessionRecord,
     SessionStore,
     StepWrite,
+    TurnClaim,
     TurnFence,
     TurnInProgressError,
     TurnSnapshot,
@@ -140,6 +142,8 @@ class AapService:
         telemetry: Telemetry | None = None,
         principal_limits: PrincipalLimits | None = None,
         turn_lease_seconds: float = 30.0,
+        session_cache_sessions: int = 10_000,
+        session_cache_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -165,6 +169,8 @@ class AapService:
         # Concurrent turns per principal.
         self.principal_limits = principal_limits or PrincipalLimits()
         self.leases.max_turns = self.principal_limits.max_concurrent_turns  # across replicas
+        # Sessions as this process's last turn on them left them (runtime/session_cache.py).
+        self.sessions = SessionCache(session_cache_sessions, session_cache_bytes)
 
     # --- meta and sessions ------------------------------------------------------------------
 
@@ -256,6 +262,7 @@ class AapService:
             await self._record(principal, session_id)
             raise _turn_in_progress(session_id, holder)
         self._deleting.add(session_id)  # no turn may start while the rows go
+        self.sessions.drop(session_id)
         try:
             deleted = await self.store.delete_session(session_id, principal.owner)
         except TurnInProgressError as error:  # taken on another replica since the check
@@ -344,6 +351,7 @@ class AapService:
                 if await self.leases.take(session_id, repair) is None:
                     current = await self._record(principal, session_id)
                     fence = turn_fence.set(TurnFence(session_id, repair))
+                    self.sessions.drop(session_id)
                     try:
                         await self._close_interrupted(session_id, current.pending)
                     finally:
@@ -377,17 +385,21 @@ class AapService:
         observed: TurnObservation | None = None
         running = False  # once the turn's task runs, the task frees what the turn holds
         fence: Token[TurnFence | None] | None = None
+        kept: CachedSession | None = None  # the session as the turn found it (cache on)
+        run: TurnRun | None = None
         try:
-            holder = await self.leases.take(session_id, turn.turn_id, principal.owner)
-            if holder is not None:
+            # A session kept in memory is not read again: the quota check its read would
+            # have made is made in the lease's transaction instead.
+            claim = await self.leases.claim(
+                session_id, turn.turn_id, principal.owner, check_quota=session_id in self.sessions
+            )
+            if claim.holder is not None:
                 await self._record(principal, session_id)  # not yours: 404, busy or not
-                raise _turn_in_progress(session_id, holder)
+                raise _turn_in_progress(session_id, claim.holder)
             # The turn's writes (here and in its task, which inherits this) are stored only
             # while it still holds the lease: a replica whose lease lapsed writes nothing.
             fence = turn_fence.set(TurnFence(session_id, turn.turn_id))
-            snapshot = await self.store.load_turn(session_id, principal.owner)
-            if snapshot is None:
-                raise _session_not_found(session_id)
+            kept, snapshot = await self._load_turn(principal, session_id, claim)
             hosted = self._hosted(snapshot.record)
             observed = self.telemetry.turn_started(
                 hosted.agent, session_id, turn.turn_id, turn.mode
@@ -395,7 +407,9 @@ class AapService:
             with observed.scoped():  # the input's checks are steps of the turn
                 validate_stream_mode(hosted, turn.mode)
                 validate_overrides(hosted, request.agent, request.tools)
-                snapshot = await self._repaired(snapshot)
+                repaired = await self._repaired(snapshot)
+                if repaired is not snapshot:  # written outside the turn: read next time
+                    snapshot, kept = repaired, None
                 pending = snapshot.record.pending
                 messages = drop_replayed_answers(request.messages, pending)
                 if request.messages and not messages:
@@ -419,7 +433,7 @@ class AapService:
                         await run.flush_audit()  # the refusal is on the audit trail too
                         raise
                 await run.start()
-            task = asyncio.create_task(self._finish(run, turn, principal, observed))
+            task = asyncio.create_task(self._finish(run, turn, principal, observed, kept))
             running = True
         except BaseException as error:
             if observed is not None:
@@ -429,10 +443,39 @@ class AapService:
             if fence is not None:
                 turn_fence.reset(fence)
             if not running:  # refused, or nothing to run
+                if kept is not None and (run is None or not (run.committed or run.write_failed)):
+                    self.sessions.put(session_id, kept)  # nothing written: still the session
                 await self._end_turn(principal, session_id, turn.turn_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return turn
+
+    async def _load_turn(
+        self, principal: Principal, session_id: str, claim: TurnClaim
+    ) -> tuple[CachedSession | None, TurnSnapshot]:
+        """What the turn starts from, kept in memory if current, else read (404 if the
+        session is not the principal's); and the entry its writes will update (None: the
+        cache is off)."""
+        cached = self.sessions.take(session_id, principal.owner, claim)
+        if cached is not None:
+            return cached, cached.snapshot()
+        snapshot = await self.store.load_turn(session_id, principal.owner)
+        if snapshot is None:
+            raise _session_not_found(session_id)
+        if not self.sessions.max_sessions:
+            return None, snapshot
+        # Taken before the turn changes the snapshot's list and state.
+        return CachedSession.of(snapshot, claim.version), snapshot
+
+    def _keep(self, run: TurnRun, kept: CachedSession | None, completed: bool) -> None:
+        """Keep the session as the turn's writes left it, if every one of them committed
+        and the turn ended as it should; else forget it (the next turn reads it)."""
+        if kept is None or not completed or run.write_failed:
+            self.sessions.drop(run.session_id)
+            return
+        for write in run.committed:
+            kept.apply(write)
+        self.sessions.put(run.session_id, kept)
 
     async def _end_turn(self, principal: Principal, session_id: str, turn_id: str) -> None:
         """Free what a turn holds: its session (here and across replicas), its principal's slot."""
@@ -505,17 +548,26 @@ class AapService:
         return reloaded
 
     async def _finish(
-        self, run: TurnRun, turn: Turn, principal: Principal, observed: TurnObservation
+        self,
+        run: TurnRun,
+        turn: Turn,
+        principal: Principal,
+        observed: TurnObservation,
+        kept: CachedSession | None,
     ) -> None:
         observed.enter()  # this task's own context: nothing to reset
         reason: StopReason = "error"  # what `finish` emits when it is cancelled
+        completed = False
         try:
             async with asyncio.timeout(self.turn_timeout_seconds):
                 reason = await run.finish()
+            completed = reason != "error"
         except TimeoutError:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
             try:
+                # Before the lock goes: the next turn here finds what this one left.
+                self._keep(run, kept, completed)
                 await self._end_turn(principal, run.session_id, turn.turn_id)
             finally:  # the client's stream ends whatever freeing the turn raised
                 turn.queue.put_nowait(None)

@@ -185,6 +185,10 @@ class TurnRun:
         # hidden, so no `tool_call`/`tool_result` closed it in the client's fold and the next
         # response's text belongs to the same message (AAP response.md; one view, three modes).
         self._open: list[ContentBlock] = []
+        # The writes the store committed, in order, and whether one failed (the session cache
+        # keeps what they left only when none did).
+        self.committed: list[StepWrite] = []
+        self.write_failed = False
 
     # --- the turn ---------------------------------------------------------------------------
 
@@ -568,9 +572,11 @@ class TurnRun:
         try:
             await self.store.commit(self.session_id, write)
         except BaseException:
+            self.write_failed = True
             if write.guardian_memory is not None:  # the stored records miss this one now
                 self.guardian.memory_not_stored(self.session_id)
             raise
+        self.committed.append(write)
 
     async def _close_open_message(self) -> None:
         """The turn ended with an assistant message still open (its calls were hidden): the

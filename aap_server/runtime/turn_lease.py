@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from aap_server.runtime.limits import TooManyTurnsError
-from aap_server.store import QuotaExceededError, SessionStore
+from aap_server.store import QuotaExceededError, SessionStore, TurnClaim
 
 logger = logging.getLogger("aap_server.runtime")
 
@@ -32,24 +32,35 @@ class TurnLeases:
         """Claim the session for `turn_id` of `owner`: None when claimed (and kept renewed
         until `release`), otherwise the id of the turn that holds it on some replica.
         TooManyTurnsError when `owner` already runs `max_turns` turns on any replica."""
+        return (await self.claim(session_id, turn_id, owner)).holder
+
+    async def claim(
+        self, session_id: str, turn_id: str, owner: str = "", *, check_quota: bool = False
+    ) -> TurnClaim:
+        """`take`, with what the store read in the same transaction (`SessionStore.claim_turn`:
+        the session's version; with `check_quota`, QuotaExceededError "stored_bytes" when
+        `owner` is at its quota, nothing claimed)."""
         try:
-            holder = await self.store.take_turn(
+            claim = await self.store.claim_turn(
                 session_id,
                 turn_id,
                 self.ttl_seconds,
                 owner=owner,
                 max_turns=self.max_turns if owner else 0,
+                check_quota=check_quota,
             )
         except QuotaExceededError as error:
+            if error.kind != "turns":
+                raise
             raise TooManyTurnsError(
                 f"too many turns at once: at most {error.limit} per API key across replicas; "
                 "retry when one of them has ended",
                 retry_after_seconds=1,
                 details={"maxConcurrentTurns": error.limit},
             ) from error
-        if holder is None:
+        if claim.holder is None and claim.shared:
             self._renewers[turn_id] = asyncio.create_task(self._renew(session_id, turn_id))
-        return holder
+        return claim
 
     async def _renew(self, session_id: str, turn_id: str) -> None:
         while True:

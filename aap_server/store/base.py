@@ -116,6 +116,19 @@ class TurnSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     guardian_memory: GuardianMemory | None = None
 
 
+class TurnClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """What claiming a session's turn lease found (`SessionStore.claim_turn`)."""
+
+    # None: claimed; otherwise the turn (on some replica) that holds the lease.
+    holder: str | None = None
+    # Other processes may write the session (a store shared with them): `version` was read
+    # in the claim's own transaction. False: this process is the only writer.
+    shared: bool = False
+    # The session's stored version (see `claim_turn`); None when the session does not exist
+    # or the store is not shared.
+    version: int | None = None
+
+
 class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
     sessions: list[SessionRecord]
     # Opaque cursor for the next page; None on the last page.
@@ -384,6 +397,24 @@ class SessionStore(abc.ABC):
         QuotaExceededError ("turns") when `owner` already holds that many leases on any
         replica (checked and taken atomically)."""
         return None
+
+    @abc.abstractmethod
+    async def claim_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+        check_quota: bool = False,
+    ) -> TurnClaim:
+        """`take_turn`, and once claimed, in the same transaction: the session's version
+        (a shared store; a counter every `commit` to the session adds one to, so a process
+        that knows the version after its own last write knows nobody wrote since) and, with
+        `check_quota`, `owner`'s stored-bytes quota as `load_turn` checks it
+        (QuotaExceededError "stored_bytes", nothing claimed). A store only this process
+        writes reads no version (`TurnClaim.shared` False) and claims nothing."""
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
         """Extend `turn_id`'s lease; False when it lapsed and another turn took it."""

@@ -192,6 +192,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (caller, session_id, version)
     ) WITHOUT ROWID;
     """,
+    # 9: how many steps were committed to the session: a worker that keeps a session in memory
+    # after its turn (runtime/session_cache.py) uses it while the version is still its own.
+    """
+    ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

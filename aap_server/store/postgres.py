@@ -43,6 +43,7 @@ from aap_server.store.base import (
     StepWrite,
     StoreLimits,
     StoreUnavailableError,
+    TurnClaim,
     TurnInProgressError,
     TurnSnapshot,
     turn_fence,
@@ -138,7 +139,9 @@ _INSERT_SESSION = (
     "VALUES ($1, $2, $3, $4, $5, $6)"
 )
 _SELECT_SESSION = "SELECT agent, tools, pending FROM sessions WHERE session_id = $1 AND owner = $2"
-_LOCK_SESSION = "SELECT owner FROM sessions WHERE session_id = $1 FOR UPDATE"
+# Locks the session's row (serialising its steps) and counts the step (`claim_turn`).
+_LOCK_SESSION = "UPDATE sessions SET version = version + 1 WHERE session_id = $1 RETURNING owner"
+_SESSION_VERSION = "SELECT version FROM sessions WHERE session_id = $1"
 _LOCK_OWNED = "SELECT 1 FROM sessions WHERE session_id = $1 AND owner = $2 FOR UPDATE"
 _UPDATE_SESSION = (
     "UPDATE sessions SET agent = COALESCE($1, agent), "
@@ -292,6 +295,15 @@ _TAKE_LEASE = (
     "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
     "expires_at = excluded.expires_at, owner = excluded.owner "
     "WHERE l.expires_at <= now() RETURNING l.turn_id"
+)
+# The same, with the session's version read by the same statement.
+_CLAIM_LEASE = (
+    "INSERT INTO turn_leases AS l (session_id, turn_id, expires_at, owner) "
+    "VALUES ($1, $2, now() + make_interval(secs => $3), $4) "
+    "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
+    "expires_at = excluded.expires_at, owner = excluded.owner "
+    "WHERE l.expires_at <= now() "
+    "RETURNING l.turn_id, (SELECT version FROM sessions WHERE session_id = $1)"
 )
 _LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > now()"
 _RENEW_LEASE = (
@@ -920,26 +932,48 @@ class PostgresSessionStore(SessionStore):
         owner: str = "",
         max_turns: int = 0,
     ) -> str | None:
-        async def take(conn: Connection) -> str | None:
-            lease = await conn.fetchval(_TAKE_LEASE, session_id, turn_id, ttl_seconds, owner)
-            if lease is not None:
-                if max_turns:
-                    # Then count the owner's other live leases under its usage row's lock
-                    # (in this order, as a step's commit takes them: no deadlock), so
-                    # replicas taking at once see each other's; too many rolls this back.
-                    await conn.execute(_OPEN_USAGE, owner)
-                    await conn.execute(_LOCK_USAGE, owner)
-                    running = await conn.fetchval(_LIVE_TURNS, owner, session_id)
-                    if running >= max_turns:
-                        raise QuotaExceededError("turns", max_turns, running)
-                return None
-            holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
-            if holder == turn_id:  # an earlier try of this very call took it
-                return None
-            # Released between the two statements: report it held; the client retries.
-            return holder or "(finishing)"
+        claim = await self.claim_turn(
+            session_id, turn_id, ttl_seconds, owner=owner, max_turns=max_turns
+        )
+        return claim.holder
 
-        return await self._run(take, write=bool(max_turns))
+    async def claim_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+        check_quota: bool = False,
+    ) -> TurnClaim:
+        limits = self._limits
+
+        async def take(conn: Connection) -> TurnClaim:
+            lease = await conn.fetchrow(_CLAIM_LEASE, session_id, turn_id, ttl_seconds, owner)
+            version: int | None
+            if lease is not None:
+                version = lease[1]
+            else:
+                holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
+                if holder != turn_id:  # else an earlier try of this very call took it
+                    # Released between the two statements: report it held; the client retries.
+                    return TurnClaim(holder=holder or "(finishing)", shared=True)
+                version = await conn.fetchval(_SESSION_VERSION, session_id)
+            if max_turns:
+                # Then count the owner's other live leases under its usage row's lock
+                # (in this order, as a step's commit takes them: no deadlock), so
+                # replicas taking at once see each other's; too many rolls this back.
+                await conn.execute(_OPEN_USAGE, owner)
+                await conn.execute(_LOCK_USAGE, owner)
+                running = await conn.fetchval(_LIVE_TURNS, owner, session_id)
+                if running >= max_turns:
+                    raise QuotaExceededError("turns", max_turns, running)
+            if check_quota:  # a failure rolls the take back
+                await _check_quota(conn, limits, owner, 0, 1)
+            return TurnClaim(shared=True, version=version)
+
+        return await self._run(take, write=bool(max_turns) or check_quota)
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:
         async def renew(conn: Connection) -> bool:

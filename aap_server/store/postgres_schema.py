@@ -144,6 +144,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (caller, session_id, version)
         )""",
     ),
+    # 5: how many steps were committed to the session (see SQLite's migration 9).
+    ("ALTER TABLE sessions ADD COLUMN version bigint NOT NULL DEFAULT 0",),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

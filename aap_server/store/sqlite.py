@@ -49,6 +49,7 @@ from aap_server.store.base import (
     SessionStore,
     StepWrite,
     StoreLimits,
+    TurnClaim,
     TurnFence,
     TurnInProgressError,
     TurnSnapshot,
@@ -246,6 +247,9 @@ _LIVE_TURNS = (
 _RENEW_LEASE = "UPDATE turn_leases SET expires_at = ? WHERE session_id = ? AND turn_id = ?"
 _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = ? AND turn_id = ?"
 _DROP_LEASE = "DELETE FROM turn_leases WHERE session_id = ?"
+# Every step committed to a session counts (`SessionStore.claim_turn`).
+_BUMP_VERSION = "UPDATE sessions SET version = version + 1 WHERE session_id = ?"
+_SESSION_VERSION = "SELECT version FROM sessions WHERE session_id = ?"
 
 
 _CALLER_HEAD = (
@@ -443,6 +447,7 @@ def _append(
 
 
 def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -> None:
+    conn.execute(_BUMP_VERSION, (session_id,))
     found = conn.execute(_SESSION_OWNER, (session_id,)).fetchone()
     if found is None:
         raise KeyError(session_id)
@@ -503,19 +508,25 @@ def _take_lease_sync(
     ttl_ms: int,
     owner: str,
     max_turns: int,
-) -> str | None:
+    quota: StoreLimits | None = None,
+) -> TurnClaim:
+    """Take the lease; once taken, in the same transaction, the session's version and (with
+    `quota`) the owner's stored-bytes check, which rolls the take back when it fails."""
     now = now_ms()
     taken = conn.execute(
         _TAKE_LEASE, (session_id, turn_id, now + ttl_ms, owner or None, now)
     ).rowcount
     if not taken:
         holder = conn.execute(_LEASE_HOLDER, (session_id, now)).fetchone()
-        return holder[0] if holder else "(finishing)"
+        return TurnClaim(holder=holder[0] if holder else "(finishing)", shared=True)
     if max_turns:  # in the same write transaction: workers taking at once are serialised
         (running,) = conn.execute(_LIVE_TURNS, (owner, now, session_id)).fetchone()
         if running >= max_turns:
             raise QuotaExceededError("turns", max_turns, running)  # rolls the take back
-    return None
+    if quota is not None:
+        _check_quota(conn, quota, owner, 0, 1)
+    found = conn.execute(_SESSION_VERSION, (session_id,)).fetchone()
+    return TurnClaim(shared=True, version=found[0] if found else None)
 
 
 def _check_fence_sync(conn: sqlite3.Connection, fence: TurnFence) -> None:
@@ -1113,11 +1124,32 @@ class SqliteSessionStore(SessionStore):
         owner: str = "",
         max_turns: int = 0,
     ) -> str | None:
+        claim = await self.claim_turn(
+            session_id, turn_id, ttl_seconds, owner=owner, max_turns=max_turns
+        )
+        return claim.holder
+
+    async def claim_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        ttl_seconds: float,
+        *,
+        owner: str = "",
+        max_turns: int = 0,
+        check_quota: bool = False,
+    ) -> TurnClaim:
+        limits = self._limits
         if not self.shared_leases:
-            return None
+            if check_quota and limits.max_stored_bytes:  # one indexed row on the reader
+                await self._read(lambda conn: _check_quota(conn, limits, owner, 0, 1))
+            return TurnClaim()
         ttl_ms = int(ttl_seconds * 1000)
+        quota = limits if check_quota else None
         return await self._write(
-            lambda conn: _take_lease_sync(conn, session_id, turn_id, ttl_ms, owner, max_turns)
+            lambda conn: _take_lease_sync(
+                conn, session_id, turn_id, ttl_ms, owner, max_turns, quota
+            )
         )
 
     async def renew_turn(self, session_id: str, turn_id: str, ttl_seconds: float) -> bool:

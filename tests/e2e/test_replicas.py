@@ -345,3 +345,31 @@ async def test_a_principals_concurrent_turns_are_counted_across_replicas(
         error = assert_error(refused[0], 429, "too_many_turns")
         assert refused[0].headers["retry-after"] == "1"
         assert error["details"]["maxConcurrentTurns"] == 2
+
+
+async def test_replicas_taking_turns_on_one_session_each_start_from_the_others_steps(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """Each replica keeps the session in memory after its turn (the session cache); a turn
+    on another replica in between, or a deletion there, is never missed."""
+    async with started_replicas(
+        postgres_cluster, tmp_path, AAP_AGENT_MODULES="tests.e2e.history_agent:AGENT"
+    ) as replicas:
+        async with client(replicas[0]) as c:
+            created = await c.post("/sessions", json={"agent": {"name": "history"}})
+        session_id = created.json()["sessionId"]
+        said: list[str] = []
+        for number, replica in enumerate([0, 1, 0, 0, 2, 1, 1, 0, 2]):
+            text = f"m{number}"
+            answer = await turn(replicas[replica], session_id, text)
+            assert answer.status_code == 200, answer.text
+            reply = answer.json()["messages"][-1]["content"]
+            seen, memory = reply.removeprefix("history=").split(" memory=")
+            # The history (compacted past a few messages) ends with the turns before.
+            assert seen.split("|")[-3:] == [*said[-2:], text], (number, reply)
+            assert memory.split("|") == (said or [""]), (number, reply)
+            said.append(text)
+        async with client(replicas[2]) as c:
+            assert (await c.delete(f"/sessions/{session_id}")).status_code == 204
+        # Replica 0 ran the turn before: its copy is out of date, not served.
+        assert_error(await turn(replicas[0], session_id, "anyone?"), 404, "session_not_found")

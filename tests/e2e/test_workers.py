@@ -216,3 +216,34 @@ async def test_a_reload_signal_kills_no_worker_and_no_running_turn(
         assert answer.status_code == 200, answer.text
     assert worker_pids(workers) == pids
     assert (await turn(workers, session_id, "and after")).status_code == 200
+
+
+async def test_workers_taking_turns_on_one_session_each_start_from_the_others_steps(
+    tmp_path: Path,
+) -> None:
+    """Each worker keeps the session in memory after its turn (the session cache); a turn on
+    the other worker in between must never be missed: every reply shows the model the
+    messages and agent state of every turn before it, whichever worker ran them."""
+    async with server_process(
+        tmp_path, AAP_WORKERS="2", AAP_AGENT_MODULES="tests.e2e.history_agent:AGENT"
+    ) as server:
+        deadline = time.monotonic() + 30
+        while len(worker_pids(server)) < 2:
+            assert time.monotonic() < deadline, "the second worker never started"
+            await asyncio.sleep(0.05)
+        first, second = sorted(worker_pids(server))
+        async with connected_to(server, first) as one, connected_to(server, second) as two:
+            created = await one.post("/sessions", json={"agent": {"name": "history"}})
+            session_id = created.json()["sessionId"]
+            said: list[str] = []
+            for number, worker in enumerate([one, two, one, one, two, two, one, two, one]):
+                text = f"m{number}"
+                body = {"messages": [{"role": "user", "content": text}]}
+                answer = await worker.post(f"/sessions/{session_id}/turns", json=body)
+                assert answer.status_code == 200, answer.text
+                reply = answer.json()["messages"][-1]["content"]
+                seen, memory = reply.removeprefix("history=").split(" memory=")
+                # The history (compacted past a few messages) ends with the turns before.
+                assert seen.split("|")[-3:] == [*said[-2:], text], (number, reply)
+                assert memory.split("|") == (said or [""]), (number, reply)
+                said.append(text)

@@ -34,6 +34,7 @@ async def test_a_blob_stored_before_the_log_reads_back_as_its_snapshot(tmp_path:
         conn.execute("DROP TABLE caller_memory_log")  # and what migration 8 added
         conn.execute("ALTER TABLE caller_memory DROP COLUMN snapshot_version")
         conn.execute("ALTER TABLE caller_memory DROP COLUMN log_bytes")
+        conn.execute("ALTER TABLE sessions DROP COLUMN version")  # and migration 9's
         conn.execute("PRAGMA user_version = 6")
 
     store = SqliteSessionStore(path)  # migrates

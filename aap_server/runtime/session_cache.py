@@ -1,0 +1,183 @@
+"""Sessions kept in memory between their turns, so a turn need not read them back (issue 12).
+
+After a turn, this process holds its session as `load_turn` would read it: the record
+(agent config, client tools, pending calls), the compacted history, the agent's state and the
+guardian's memory, built from the turn's own committed writes. The next turn on the session
+here uses it instead of reading, when nobody else can have written the session since:
+
+- one process alone writes the store (SQLite without `--workers`): always, as the turn lock
+  is then this process's; anything here that writes a session outside a turn (a deletion,
+  the repair of interrupted tool runs) drops its entry;
+- a shared store (PostgreSQL, SQLite under `--workers N`): when the version the store read in
+  the lease's own transaction (`TurnClaim`, one more per committed step) is the one the
+  entry was left at. A write by any other process, or one this process cannot account for,
+  makes them differ: the turn reads the session as before.
+
+An entry is taken out while its turn runs and put back only after a turn whose every write
+committed; a turn that failed, timed out or lost its lease leaves none. Least recently used
+entries go first past `max_sessions` entries or `max_bytes` (as stored: encoded history,
+state and guardian memory).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from aap_server.protocol import HistoryMessage
+from aap_server.store import GuardianMemory, SessionRecord, StepWrite, TurnClaim, TurnSnapshot
+from aap_server.store.codec import ENCODER, decode_history, decode_record, decode_state
+
+# What an entry costs besides its encoded values (the objects around them), roughly.
+ENTRY_OVERHEAD_BYTES = 512
+
+
+def _memory_bytes(memory: GuardianMemory | None) -> int:
+    if memory is None:
+        return 0
+    return len(memory.snapshot or b"") + sum(map(len, memory.records))
+
+
+def _as_stored(messages: list[HistoryMessage]) -> tuple[list[HistoryMessage], int]:
+    """The messages as the store gives them back (encoded, then decoded: the same values a
+    read would return, sharing nothing with the writer's objects), and their encoded bytes."""
+    rows = [(ENCODER.encode(message),) for message in messages]
+    return decode_history(rows), sum(len(row[0]) for row in rows)
+
+
+@dataclass(slots=True)
+class CachedSession:
+    """One session as its last turn here left it, and the store's version of it then."""
+
+    record: SessionRecord
+    compacted: list[HistoryMessage]  # never handed out: a turn gets a copy
+    state: dict[str, bytes]  # encoded values, decoded for each turn (agents may mutate them)
+    guardian_memory: GuardianMemory | None
+    version: int | None  # None: the store is not shared, no version is read
+    history_bytes: int
+    state_bytes: int
+
+    @classmethod
+    def of(cls, snapshot: TurnSnapshot, version: int | None) -> CachedSession:
+        """An entry from a snapshot the store read (the history is shared: it is decoded
+        afresh by the store, and the turn gets a copy of the list)."""
+        state = {key: ENCODER.encode(value) for key, value in snapshot.state.items()}
+        return cls(
+            record=snapshot.record,
+            compacted=list(snapshot.compacted),
+            state=state,
+            guardian_memory=snapshot.guardian_memory,
+            version=version,
+            history_bytes=len(ENCODER.encode(snapshot.compacted)),
+            state_bytes=sum(map(len, state.values())),
+        )
+
+    @property
+    def size(self) -> int:
+        return (
+            ENTRY_OVERHEAD_BYTES
+            + self.history_bytes
+            + self.state_bytes
+            + _memory_bytes(self.guardian_memory)
+        )
+
+    def snapshot(self) -> TurnSnapshot:
+        """What `load_turn` would return, in objects the turn may change."""
+        return TurnSnapshot(
+            record=self.record,
+            compacted=list(self.compacted),
+            state=decode_state(list(self.state.items())),
+            guardian_memory=self.guardian_memory,
+        )
+
+    def apply(self, write: StepWrite) -> None:
+        """The session after the store committed `write` (as `commit` changes it)."""
+        record = self.record
+        if write.agent is not None or write.replace_tools or write.pending is not None:
+            agent = record.agent if write.agent is None else write.agent
+            tools = write.tools if write.replace_tools else record.tools
+            pending = record.pending if write.pending is None else write.pending
+            self.record = decode_record(
+                record.session_id,
+                record.owner,
+                ENCODER.encode(agent),
+                None if tools is None else ENCODER.encode(tools),
+                ENCODER.encode(pending),
+            )
+        compaction = write.compaction
+        if compaction is not None and compaction.drop:
+            # The store refuses a drop of more than there is: a commit that succeeded had them.
+            replacement, _ = _as_stored(compaction.replacement)
+            self.compacted[: compaction.drop] = replacement
+            self.history_bytes = len(ENCODER.encode(self.compacted))
+        if write.compacted:
+            added, size = _as_stored(write.compacted)
+            self.compacted.extend(added)
+            self.history_bytes += size
+        for key, value in (write.state or {}).items():
+            encoded = ENCODER.encode(value)
+            self.state_bytes += len(encoded) - len(self.state.get(key, b""))
+            self.state[key] = encoded
+        memory = write.guardian_memory
+        if memory is not None:
+            before = self.guardian_memory
+            after = memory if before is None else before.then(memory)
+            empty = after.snapshot is None and not after.records
+            self.guardian_memory = None if empty else after
+        if self.version is not None:
+            self.version += 1
+
+
+class SessionCache:
+    """Per process, bounded: `max_sessions` entries and `max_bytes` in all (0: no cache)."""
+
+    def __init__(self, max_sessions: int, max_bytes: int) -> None:
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, CachedSession] = OrderedDict()
+        self.bytes = 0
+        # Turns that started from an entry / read their session (for tests and metrics).
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._entries
+
+    def get(self, session_id: str) -> CachedSession | None:
+        """The entry kept for the session, if any (as it is, not taken: for inspection)."""
+        return self._entries.get(session_id)
+
+    def take(self, session_id: str, owner: str, claim: TurnClaim) -> CachedSession | None:
+        """The session's entry, taken out for the turn of `owner` that `claim`ed it, if it
+        is still current: always when only this process writes the store, else when the
+        stored version is the entry's. A stale entry is dropped; another owner's stays."""
+        entry = self._entries.get(session_id)
+        if entry is None or entry.record.owner != owner:
+            self.misses += 1
+            return None
+        self.drop(session_id)
+        if claim.shared and (claim.version is None or claim.version != entry.version):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return entry
+
+    def put(self, session_id: str, entry: CachedSession) -> None:
+        """Keep `entry` (the newest), then drop the least recently used past the bounds."""
+        self.drop(session_id)
+        size = entry.size
+        if not self.max_sessions or size > self.max_bytes:
+            return
+        self._entries[session_id] = entry
+        self.bytes += size
+        while len(self._entries) > self.max_sessions or self.bytes > self.max_bytes:
+            _, oldest = self._entries.popitem(last=False)
+            self.bytes -= oldest.size
+
+    def drop(self, session_id: str) -> None:
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self.bytes -= entry.size
