@@ -7,10 +7,10 @@ whole transaction (BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error) costs o
 hop instead of one per statement (~60 µs each). Since the database thread runs one function
 at a time, no other operation can ever observe a transaction half done.
 
-Writes are committed in groups: the writes queued while the writer thread is busy (or issued
-in the same event-loop tick) go to it in ONE hop and share ONE transaction, each in a
-savepoint of its own, so a write that fails is undone alone and only its caller sees the
-error. No caller is answered before the COMMIT holding its write has returned.
+Writes are committed in groups: the writes issued while a write transaction is on the writer
+thread go to it next in ONE hop and share ONE transaction, each in a savepoint of its own, so
+a write that fails is undone alone and only its caller sees the error. No caller is answered
+before the COMMIT holding its write has returned.
 
 Values are msgspec JSON bytes stored as BLOBs; history is one row per message keyed by
 (session_id, seq), so appending looks up `MAX(seq)` through the primary key and never reads
