@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from aap_server.protocol import (
     HistoryMessage,
@@ -20,24 +20,42 @@ from aap_server.protocol import (
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 
 
+def delta_events(event: EngineEvent) -> Sequence[SSEEvent]:
+    """`stream: "delta"`, one engine event at a time: deltas as they come; no whole-message
+    events."""
+    if isinstance(event, AssistantText | MessageOut):
+        return ()
+    return (event,)
+
+
+def message_events(event: EngineEvent) -> Sequence[SSEEvent]:
+    """`stream: "message"`, one engine event at a time: one `thinking` and/or `text` event
+    per message, no deltas."""
+    if isinstance(event, AssistantText):
+        whole: list[SSEEvent] = []
+        for block in event.blocks:
+            if isinstance(block, ThinkingContentBlock):
+                whole.append(ThinkingEvent(thinking=block.thinking))
+            elif isinstance(block, TextContentBlock):
+                whole.append(TextEvent(text=block.text))
+        return whole
+    if isinstance(event, TextDeltaEvent | ThinkingDeltaEvent | MessageOut):
+        return ()
+    return (event,)
+
+
 async def delta_view(events: AsyncIterator[EngineEvent]) -> AsyncIterator[SSEEvent]:
-    """`stream: "delta"`: deltas as they come; no whole-message events."""
+    """`stream: "delta"` over the whole stream."""
     async for event in events:
-        if not isinstance(event, AssistantText | MessageOut):
-            yield event
+        for shown in delta_events(event):
+            yield shown
 
 
 async def message_view(events: AsyncIterator[EngineEvent]) -> AsyncIterator[SSEEvent]:
-    """`stream: "message"`: one `thinking` and/or `text` event per message, no deltas."""
+    """`stream: "message"` over the whole stream."""
     async for event in events:
-        if isinstance(event, AssistantText):
-            for block in event.blocks:
-                if isinstance(block, ThinkingContentBlock):
-                    yield ThinkingEvent(thinking=block.thinking)
-                elif isinstance(block, TextContentBlock):
-                    yield TextEvent(text=block.text)
-        elif not isinstance(event, TextDeltaEvent | ThinkingDeltaEvent | MessageOut):
-            yield event
+        for shown in message_events(event):
+            yield shown
 
 
 async def none_view(events: AsyncIterator[EngineEvent]) -> PostSessionTurnResponse:
