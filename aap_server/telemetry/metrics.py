@@ -94,9 +94,35 @@ class Metrics:
         info = Gauge("aap_build_info", "The server's version", ["version"], registry=registry)
         info.labels(version=version).set(1)
 
-        # Each check updates three series: their label lookups (a lock each) are done once.
+        # Each check updates three series, each request two, each turn two: their label
+        # lookups (a lock and a validation each) are done once per label values.
         self._by_method: dict[str, tuple[Any, Any]] = {}
         self._by_verdict: dict[tuple[str, str], Any] = {}
+        self._by_request: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._by_turn: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def request_answered(self, method: str, route: str, status: str, seconds: float) -> None:
+        labels = (method, route, status)
+        series = self._by_request.get(labels)
+        if series is None:
+            series = self._by_request[labels] = (
+                self.requests.labels(*labels),
+                self.request_seconds.labels(*labels),
+            )
+        count, latency = series
+        count.inc()
+        latency.observe(seconds)
+
+    def turn_stopped(self, agent: str, stop_reason: str, seconds: float) -> None:
+        series = self._by_turn.get((agent, stop_reason))
+        if series is None:
+            series = self._by_turn[agent, stop_reason] = (
+                self.turns.labels(agent, stop_reason),
+                self.turn_seconds.labels(agent),
+            )
+        count, duration = series
+        count.inc()
+        duration.observe(seconds)
 
     def step_checked(self, method: str, decision: str, rule: str, seconds: float) -> None:
         by_method = self._by_method.get(method)
