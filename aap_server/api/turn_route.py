@@ -29,9 +29,9 @@ from aap_server.api.errors import EXCEPTION_HANDLERS, send_response
 from aap_server.api.sse import TurnStream
 from aap_server.config import Settings
 from aap_server.protocol import PostSessionTurnRequest
-from aap_server.runtime import AapService, none_view
+from aap_server.runtime import AapService
 from aap_server.runtime.limits import PrincipalLimits, json_values_within
-from aap_server.runtime.views import delta_events, message_events
+from aap_server.runtime.views import delta_events, message_events, none_answer
 
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
 _TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
@@ -92,7 +92,7 @@ class TurnRoute:
             self.limits.admit_request(principal.owner)
             turn = await self.service.start_turn(principal, match[1], request)
             if turn.mode == "none":
-                body = _encoder.encode(await none_view(turn.events()))
+                body = _encoder.encode(await none_answer(turn.queue))
                 await send_response(send, 200, _JSON, body)
                 return
         except Exception as error:

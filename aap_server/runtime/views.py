@@ -17,7 +17,7 @@ from aap_server.protocol import (
     ThinkingEvent,
     TurnStopEvent,
 )
-from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
+from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut, TurnEvents
 
 
 def delta_events(event: EngineEvent) -> Sequence[SSEEvent]:
@@ -60,11 +60,34 @@ async def message_view(events: AsyncIterator[EngineEvent]) -> AsyncIterator[SSEE
 
 async def none_view(events: AsyncIterator[EngineEvent]) -> PostSessionTurnResponse:
     """`stream: "none"`: the stop reason and the messages the stream would have built."""
-    messages: list[HistoryMessage] = []
-    stop_reason: StopReason = "error"
+    answer = _NoneAnswer()
     async for event in events:
+        answer.add(event)
+    return answer.response()
+
+
+async def none_answer(events: TurnEvents) -> PostSessionTurnResponse:
+    """`none_view` of a turn's events read straight from them: at each wake-up, every event
+    ready (no generator step per event)."""
+    answer = _NoneAnswer()
+    while True:
+        for event in events.take():
+            if event is None:
+                return answer.response()
+            answer.add(event)
+        await events.wait()
+
+
+class _NoneAnswer:
+    def __init__(self) -> None:
+        self.messages: list[HistoryMessage] = []
+        self.stop_reason: StopReason = "error"
+
+    def add(self, event: EngineEvent) -> None:
         if isinstance(event, MessageOut):
-            messages.append(event.message)
+            self.messages.append(event.message)
         elif isinstance(event, TurnStopEvent):
-            stop_reason = event.stop_reason
-    return PostSessionTurnResponse(stop_reason=stop_reason, messages=messages)
+            self.stop_reason = event.stop_reason
+
+    def response(self) -> PostSessionTurnResponse:
+        return PostSessionTurnResponse(stop_reason=self.stop_reason, messages=self.messages)
