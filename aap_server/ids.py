@@ -71,7 +71,8 @@ class IdGenerator:
         now_ms, rest = self._next()
         ms, time_text = self._time
         if ms != now_ms:
-            time_text = encode(now_ms << 80)[:10]  # the first 10 characters: the time
+            pairs = _PAIRS  # the first 10 characters: the time's 48 bits (in 50)
+            time_text = pairs[(now_ms >> 40) & 1023] + _forty_bits(now_ms)
             self._time = (now_ms, time_text)
         upper, upper_text = self._upper
         if upper != rest >> 40:
