@@ -3,14 +3,15 @@ and the one way the server writes the current time on the wire."""
 
 from __future__ import annotations
 
+import itertools
 import os
-import threading
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Every 10-bit value as its two characters: an id is 13 look-ups, not 26 shifts and masks.
 _PAIRS = [_CROCKFORD[i >> 5] + _CROCKFORD[i & 31] for i in range(1024)]
 _SHIFTS = tuple(range(120, -1, -10))
+_LOW_40 = (1 << 40) - 1
 
 
 def encode(value: int) -> str:
@@ -19,35 +20,70 @@ def encode(value: int) -> str:
     return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
+def _forty_bits(value: int) -> str:
+    """The low 40 bits of `value` as 8 characters (a fifth of a ULID's 10-bit pairs)."""
+    pairs = _PAIRS
+    return (
+        pairs[(value >> 30) & 1023]
+        + pairs[(value >> 20) & 1023]
+        + pairs[(value >> 10) & 1023]
+        + pairs[value & 1023]
+    )
+
+
 class IdGenerator:
-    """Monotonic ULIDs: within one millisecond the random part is incremented, so two ids
-    made in the same millisecond still differ and still sort in creation order."""
+    """Monotonic ULIDs from a per-process counter: the 80 bits after the time are a random
+    number drawn once per process (again in a forked child) plus the count of ids made, so
+    no two ids of one process are equal, ids of two processes collide only if their random
+    draws land within as many ids of each other (chance ~ ids made / 2^79), and each id sorts
+    after the ones made before it. No lock and no `os.urandom` per id: the count is one
+    atomic step of `itertools.count`, and a concurrent caller can only tie on the time."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._draw()
         self._last_ms = -1
-        self._last_rand = 0
+        # The texts of the last time and of the last counter's upper 40 bits, each with its
+        # value as one tuple (a thread reads both or neither of a new one's).
+        self._time: tuple[int, str] = (-1, "")
+        self._upper: tuple[int, str] = (-1, "")
+
+    def _draw(self) -> None:
+        # Top bit clear: adding the count never carries into the time.
+        self._random = int.from_bytes(os.urandom(10), "big") >> 1
+        self._count = itertools.count(1)
+
+    def after_fork(self) -> None:
+        """A forked child draws its own random part (else it would repeat its parent's ids)."""
+        self._draw()
+
+    def _next(self) -> tuple[int, int]:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms < self._last_ms:  # the clock stepped back: stay in order
+            now_ms = self._last_ms
+        self._last_ms = now_ms
+        return now_ms, self._random + next(self._count)
 
     def new_int(self) -> int:
-        with self._lock:
-            now_ms = time.time_ns() // 1_000_000
-            if now_ms <= self._last_ms:
-                now_ms = self._last_ms
-                self._last_rand += 1
-                if self._last_rand >= 1 << 80:  # 2^80 ids in one ms: borrow the next ms
-                    now_ms += 1
-                    self._last_rand = int.from_bytes(os.urandom(10), "big") >> 1
-            else:
-                # Top bit clear leaves room to increment without overflow in practice.
-                self._last_rand = int.from_bytes(os.urandom(10), "big") >> 1
-            self._last_ms = now_ms
-            return (now_ms << 80) | self._last_rand
+        now_ms, rest = self._next()
+        return (now_ms << 80) | rest
 
     def new(self, prefix: str) -> str:
-        return prefix + encode(self.new_int())
+        now_ms, rest = self._next()
+        ms, time_text = self._time
+        if ms != now_ms:
+            pairs = _PAIRS  # the first 10 characters: the time's 48 bits (in 50)
+            time_text = pairs[(now_ms >> 40) & 1023] + _forty_bits(now_ms)
+            self._time = (now_ms, time_text)
+        upper, upper_text = self._upper
+        if upper != rest >> 40:
+            upper = rest >> 40
+            upper_text = _forty_bits(upper)
+            self._upper = (upper, upper_text)
+        return prefix + time_text + upper_text + _forty_bits(rest & _LOW_40)
 
 
 _default = IdGenerator()
+os.register_at_fork(after_in_child=_default.after_fork)
 
 
 def new_id(prefix: str) -> str:
@@ -56,20 +92,27 @@ def new_id(prefix: str) -> str:
 
 
 class _Clock:
-    """The wire time, its date and seconds formatted once per second (by `time.gmtime`, not
-    `datetime`: a turn writes a dozen timestamps)."""
+    """The wire time, written once per millisecond (its date and seconds once per second, by
+    `time.gmtime`, not `datetime`: a turn writes a dozen timestamps)."""
 
     def __init__(self) -> None:
-        # (second, its text) as one value: a thread reads both or neither of a new second's.
-        self._cached = (-1, "")
+        # (second, its text), (ms, its text): each one value, so a thread reads a pair whole.
+        self._second: tuple[int, str] = (-1, "")
+        self._ms: tuple[int, str] = (-1, "")
 
     def now_iso(self) -> str:
-        second, ms = divmod(time.time_ns() // 1_000_000, 1000)
-        cached_second, prefix = self._cached
+        now_ms = time.time_ns() // 1_000_000
+        cached_ms, text = self._ms
+        if cached_ms == now_ms:
+            return text
+        second, ms = divmod(now_ms, 1000)
+        cached_second, prefix = self._second
         if second != cached_second:
             prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._cached = (second, prefix)
-        return f"{prefix}.{ms:03d}Z"
+            self._second = (second, prefix)
+        text = f"{prefix}.{ms:03d}Z"
+        self._ms = (now_ms, text)
+        return text
 
 
 _clock = _Clock()

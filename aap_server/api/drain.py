@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -57,11 +57,17 @@ class Drain:
 
     async def track(self, frames: AsyncIterator[_T]) -> AsyncIterator[_T]:
         """`frames`, counted as an open stream until they end (or the client goes)."""
+        with self.stream_open():
+            async for frame in frames:
+                yield frame
+
+    @contextlib.contextmanager
+    def stream_open(self) -> Iterator[None]:
+        """Counts an open stream while it lasts."""
         self.open_streams += 1
         self._streams_closed.clear()
         try:
-            async for frame in frames:
-                yield frame
+            yield
         finally:
             self.open_streams -= 1
             if not self.open_streams:

@@ -83,9 +83,8 @@ class ObservabilityMiddleware:
             # Litestar writes the matched route's template into the scope while routing.
             template = scope.get("path_template") or None
             route = template or UNROUTED
-            labels = (method if method in _METHODS else "other", route, str(status))
-            metrics.requests.labels(*labels).inc()
-            metrics.request_seconds.labels(*labels).observe(seconds)
+            label = method if method in _METHODS else "other"
+            metrics.request_answered(label, route, str(status), seconds)
             if access_log.isEnabledFor(logging.INFO):  # else skip building its fields
                 access_log.info(
                     "%s %s %d %.1fms",

@@ -1,22 +1,27 @@
 """AAP events as Server-Sent Events: `event:` is the event's name, `data:` its JSON fields.
 
-`EventStream` is the ASGI response: each event is framed to bytes once, and the frames ready
-in one event-loop tick leave in one write (a model's burst of deltas is one `send`, not one
-each). A comment `: ping` keeps a quiet stream alive; a client that goes away stops the
-stream (never the turn, which runs in its own task).
+`TurnStream` answers a streamed turn straight from the turn's events (`POST /turns`' lean
+route); `EventStream` answers one from an iterator of frames (the declared Litestar route).
+In both each event is framed to bytes once, and the frames ready in one event-loop tick leave
+in one write (a model's burst of deltas is one `send`, not one each). A comment `: ping`
+keeps a quiet stream alive; a client that goes away stops the stream (never the turn, which
+runs in its own task).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import msgspec
 
-from aap_server.protocol import SSEEvent
+from aap_server.protocol import SSEEvent, TurnStopEvent
+from aap_server.runtime.events import EngineEvent, TurnEvents
 
 logger = logging.getLogger("aap_server")
 _encoder = msgspec.json.Encoder()
@@ -24,25 +29,126 @@ _MEDIA_TYPE = b"text/event-stream; charset=utf-8"
 _PING = b": ping\r\n\r\n"
 
 
-def event_data(event: SSEEvent) -> bytes:
-    """The event's JSON without its `event` tag (the SSE `event:` line carries it).
-    msgspec writes the tag first, so it is cut off the front: `{"event":"x","a":1}` → `{"a":1}`."""
+@functools.cache
+def _shape(kind: type[SSEEvent]) -> tuple[bytes, int]:
+    """An event type's tag as bytes, and where its JSON's first field starts."""
+    tag = str(kind.__struct_config__.tag).encode()
+    return tag, len(b'{"event":""') + len(tag)
+
+
+def sse_frame(sequence: int, event: SSEEvent) -> bytes:
+    """One event as one SSE frame, its per-turn sequence number as the `id`. The JSON is on
+    one line (msgspec writes no newlines), so one `data:` line carries it."""
+    tag, cut = _shape(type(event))
     encoded = _encoder.encode(event)
-    tag = type(event).__struct_config__.tag
-    cut = len(b'{"event":""') + len(str(tag).encode())
     if encoded[cut : cut + 1] == b",":
         cut += 1
-    return b"{" + encoded[cut:]
+    return b"id: %d\r\nevent: %s\r\ndata: {%s\r\n\r\n" % (sequence, tag, encoded[cut:])
 
 
 async def sse_frames(events: AsyncIterator[SSEEvent]) -> AsyncIterator[bytes]:
-    """Each event as one SSE frame, its per-turn sequence number as the `id`. The JSON is on
-    one line (msgspec writes no newlines), so one `data:` line carries it."""
+    """Each event as one SSE frame (`sse_frame`)."""
     sequence = 0
     async for event in events:
         sequence += 1
-        tag = str(type(event).__struct_config__.tag).encode()
-        yield b"id: %d\r\nevent: %s\r\ndata: %s\r\n\r\n" % (sequence, tag, event_data(event))
+        yield sse_frame(sequence, event)
+
+
+class TurnStream:
+    """The ASGI app that answers a streamed turn, written by the request's own task straight
+    from the turn's events: no task in between, each wake-up takes every event ready (a
+    model's burst of deltas) and sends their frames in one `send`, the last ones with the end
+    of the body. One task watches for the client going away; one timer per quiet period sends
+    a ping (moved on, not set again, while frames flow)."""
+
+    def __init__(
+        self,
+        events: TurnEvents,
+        view: Callable[[EngineEvent], Sequence[SSEEvent]],
+        ping_seconds: float,
+        counted: Callable[[], AbstractContextManager[object]],
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.events = events
+        self.view = view
+        self.ping_seconds = ping_seconds
+        self.counted = counted  # the stream counted open (the drain waits for it) meanwhile
+        self.headers = _headers(headers)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        events, view, ping_seconds = self.events, self.view, self.ping_seconds
+        loop = asyncio.get_running_loop()
+        gone = False  # the client disconnected
+        ping_due = False
+        wrote_at = loop.time()
+        timer: asyncio.TimerHandle | None = None
+
+        async def watch() -> None:
+            nonlocal gone
+            try:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+            except Exception:
+                logger.exception("event stream: reading the request failed")
+            gone = True
+            events.wake()
+
+        def ping() -> None:
+            nonlocal timer, ping_due
+            due = wrote_at + ping_seconds
+            if loop.time() < due:  # frames went out since it was set: quiet from then on
+                timer = loop.call_at(due, ping)
+            else:
+                timer, ping_due = None, True
+                events.wake()
+
+        with self.counted():
+            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+            watching = loop.create_task(watch())
+            try:
+                sequence = 0
+                frames: list[bytes] = []  # framed, not yet sent
+                stopped = ended = False
+                while not gone:
+                    if ping_seconds > 0 and timer is None:
+                        timer = loop.call_at(wrote_at + ping_seconds, ping)
+                    ready = events.take()
+                    for event in ready:
+                        if event is None:
+                            ended = True
+                            break
+                        stopped = isinstance(event, TurnStopEvent)
+                        for shown in view(event):
+                            sequence += 1
+                            frames.append(sse_frame(sequence, shown))
+                    # `turn_stop` waits for the end (the turn's task frees its session first):
+                    # they leave together, and a client that sees it can start the next turn.
+                    if ended or (frames and not stopped):
+                        body = frames[0] if len(frames) == 1 else b"".join(frames)
+                        frames = []
+                        await send(_body(body, more=not ended))
+                        wrote_at = loop.time()
+                        if ended:
+                            break
+                    elif ping_due:
+                        ping_due = False
+                        await send(_body(_PING, more=True))
+                        wrote_at = loop.time()
+                    elif not ready:
+                        await events.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                watching.cancel()  # nothing to wait for: it only ever reads `receive`
+
+
+def _body(body: bytes, *, more: bool) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": body, "more_body": more}
+
+
+def _headers(extra: Mapping[str, str] | None) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", _MEDIA_TYPE), (b"connection", b"keep-alive")]
+    return headers + [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
 
 
 class EventStream:
@@ -56,8 +162,7 @@ class EventStream:
     ) -> None:
         self.frames = frames
         self.ping_seconds = ping_seconds
-        self.headers = [(b"content-type", _MEDIA_TYPE), (b"connection", b"keep-alive")]
-        self.headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+        self.headers = _headers(headers)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         loop = asyncio.get_running_loop()

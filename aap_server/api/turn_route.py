@@ -26,11 +26,12 @@ from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 from aap_server.api.auth import Authenticator
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS, send_response
-from aap_server.api.sse import EventStream, sse_frames
+from aap_server.api.sse import TurnStream
 from aap_server.config import Settings
 from aap_server.protocol import PostSessionTurnRequest
-from aap_server.runtime import AapService, delta_view, message_view, none_view
+from aap_server.runtime import AapService
 from aap_server.runtime.limits import PrincipalLimits, json_values_within
+from aap_server.runtime.views import delta_events, message_events, none_answer
 
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
 _TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
@@ -91,16 +92,17 @@ class TurnRoute:
             self.limits.admit_request(principal.owner)
             turn = await self.service.start_turn(principal, match[1], request)
             if turn.mode == "none":
-                body = _encoder.encode(await none_view(turn.events()))
+                body = _encoder.encode(await none_answer(turn.queue))
                 await send_response(send, 200, _JSON, body)
                 return
         except Exception as error:
             await self._answer_error(scope, receive, send, error)
             return
-        view = delta_view if turn.mode == "delta" else message_view
-        stream = EventStream(
-            self.drain.track(sse_frames(view(turn.events()))),
+        stream = TurnStream(
+            turn.queue,
+            delta_events if turn.mode == "delta" else message_events,
             ping_seconds=self.settings.sse_ping_seconds,
+            counted=self.drain.stream_open,
             headers=_STREAM_HEADERS,
         )
         await stream(scope, receive, send)

@@ -36,7 +36,7 @@ from aap_server.runtime.errors import (
     NotFoundError,
     UnavailableError,
 )
-from aap_server.runtime.events import EngineEvent
+from aap_server.runtime.events import EngineEvent, TurnEvents
 from aap_server.runtime.limits import PrincipalLimits
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import (
@@ -118,7 +118,7 @@ class Turn:
     def __init__(self, turn_id: str, mode: StreamMode) -> None:
         self.turn_id = turn_id
         self.mode = mode
-        self.queue: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
+        self.queue = TurnEvents()
 
     async def events(self) -> AsyncIterator[EngineEvent]:
         while (event := await self.queue.get()) is not None:

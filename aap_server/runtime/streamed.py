@@ -68,6 +68,7 @@ class Streamed:
         self._length = 0
         self._released_length = 0
         self._closed = False
+        self._close_screen = False  # closed with nothing fed: the screen is told on a feed
         self._waiting: list[str] = []  # let out by the screen, waiting for `after`
 
     @property
@@ -80,6 +81,9 @@ class Streamed:
 
     def feed(self, delta: str) -> None:
         if delta:
+            if self._close_screen:  # closed before its first delta: the screen learns it now
+                self._close_screen = False
+                self.screen.close()
             self.pieces.append(delta)
             self._length += len(delta)
             self._send(self.screen.feed(delta))
@@ -88,7 +92,10 @@ class Streamed:
         """No more of this kind will come before the check: let out what the screen can."""
         if not self._closed:
             self._closed = True
-            self._send(self.screen.close())
+            if self._length:
+                self._send(self.screen.close())
+            else:  # nothing to let out (the usual thinking that never came): no scan of ""
+                self._close_screen = True
 
     def finish(self) -> None:
         """The message was allowed: let out what the screen still holds (after the thinking,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from aap_server.protocol import (
     HistoryMessage,
@@ -17,36 +17,77 @@ from aap_server.protocol import (
     ThinkingEvent,
     TurnStopEvent,
 )
-from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
+from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut, TurnEvents
+
+
+def delta_events(event: EngineEvent) -> Sequence[SSEEvent]:
+    """`stream: "delta"`, one engine event at a time: deltas as they come; no whole-message
+    events."""
+    if isinstance(event, AssistantText | MessageOut):
+        return ()
+    return (event,)
+
+
+def message_events(event: EngineEvent) -> Sequence[SSEEvent]:
+    """`stream: "message"`, one engine event at a time: one `thinking` and/or `text` event
+    per message, no deltas."""
+    if isinstance(event, AssistantText):
+        whole: list[SSEEvent] = []
+        for block in event.blocks:
+            if isinstance(block, ThinkingContentBlock):
+                whole.append(ThinkingEvent(thinking=block.thinking))
+            elif isinstance(block, TextContentBlock):
+                whole.append(TextEvent(text=block.text))
+        return whole
+    if isinstance(event, TextDeltaEvent | ThinkingDeltaEvent | MessageOut):
+        return ()
+    return (event,)
 
 
 async def delta_view(events: AsyncIterator[EngineEvent]) -> AsyncIterator[SSEEvent]:
-    """`stream: "delta"`: deltas as they come; no whole-message events."""
+    """`stream: "delta"` over the whole stream."""
     async for event in events:
-        if not isinstance(event, AssistantText | MessageOut):
-            yield event
+        for shown in delta_events(event):
+            yield shown
 
 
 async def message_view(events: AsyncIterator[EngineEvent]) -> AsyncIterator[SSEEvent]:
-    """`stream: "message"`: one `thinking` and/or `text` event per message, no deltas."""
+    """`stream: "message"` over the whole stream."""
     async for event in events:
-        if isinstance(event, AssistantText):
-            for block in event.blocks:
-                if isinstance(block, ThinkingContentBlock):
-                    yield ThinkingEvent(thinking=block.thinking)
-                elif isinstance(block, TextContentBlock):
-                    yield TextEvent(text=block.text)
-        elif not isinstance(event, TextDeltaEvent | ThinkingDeltaEvent | MessageOut):
-            yield event
+        for shown in message_events(event):
+            yield shown
 
 
 async def none_view(events: AsyncIterator[EngineEvent]) -> PostSessionTurnResponse:
     """`stream: "none"`: the stop reason and the messages the stream would have built."""
-    messages: list[HistoryMessage] = []
-    stop_reason: StopReason = "error"
+    answer = _NoneAnswer()
     async for event in events:
+        answer.add(event)
+    return answer.response()
+
+
+async def none_answer(events: TurnEvents) -> PostSessionTurnResponse:
+    """`none_view` of a turn's events read straight from them: at each wake-up, every event
+    ready (no generator step per event)."""
+    answer = _NoneAnswer()
+    while True:
+        for event in events.take():
+            if event is None:
+                return answer.response()
+            answer.add(event)
+        await events.wait()
+
+
+class _NoneAnswer:
+    def __init__(self) -> None:
+        self.messages: list[HistoryMessage] = []
+        self.stop_reason: StopReason = "error"
+
+    def add(self, event: EngineEvent) -> None:
         if isinstance(event, MessageOut):
-            messages.append(event.message)
+            self.messages.append(event.message)
         elif isinstance(event, TurnStopEvent):
-            stop_reason = event.stop_reason
-    return PostSessionTurnResponse(stop_reason=stop_reason, messages=messages)
+            self.stop_reason = event.stop_reason
+
+    def response(self) -> PostSessionTurnResponse:
+        return PostSessionTurnResponse(stop_reason=self.stop_reason, messages=self.messages)

@@ -5,9 +5,10 @@ request inherits it."""
 from __future__ import annotations
 
 import re
-import uuid
 from contextvars import ContextVar
 from typing import Any
+
+from aap_server.ids import new_id
 
 # An incoming X-Request-ID is echoed and logged as given only when it is a plain token: no
 # spaces, quotes or control characters to forge log lines with, and not too long to store.
@@ -26,10 +27,11 @@ current_request: ContextVar[RequestContext | None] = ContextVar("aap_request", d
 
 
 def request_id_from(header: str | None) -> str:
-    """The client's X-Request-ID if it is a sane token, else a fresh one."""
+    """The client's X-Request-ID if it is a sane token, else a fresh one (a time-ordered id:
+    the server's own request ids sort as the requests came, at a fifth of a `uuid4`'s cost)."""
     if header is not None and _SANE_REQUEST_ID.fullmatch(header):
         return header
-    return uuid.uuid4().hex
+    return new_id("")  # letters and digits: itself a sane id if a client sends it back
 
 
 def current_request_id() -> str | None:

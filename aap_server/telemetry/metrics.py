@@ -4,7 +4,8 @@ agents, stop reasons, AOS methods, decisions, the policy's rule ids."""
 
 from __future__ import annotations
 
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -15,6 +16,13 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # No `*_created` series beside every counter and histogram: they double a scrape's size, and
@@ -28,27 +36,84 @@ _GUARDIAN_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 _TURN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+class HotCounter:
+    """A counter by label values that every request, turn or guardian check updates: a plain
+    number per label values, no lock per increment (`prometheus_client` takes one; only the
+    event loop's thread updates these), turned into a metric family when scraped."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) + amount
+
+    def family(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for labels, value in list(self.values.items()):
+            family.add_metric(list(labels), value)
+        return family
+
+
+class HotHistogram:
+    """A histogram by label values, kept like `HotCounter`: per label values, the count of
+    each bucket (the last one `+Inf`) and the sum, one list."""
+
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.bounds = tuple(float(bound) for bound in buckets)
+        self.series: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        counts = self.series.get(labels)
+        if counts is None:
+            counts = self.series[labels] = [0.0] * (len(self.bounds) + 2)
+        counts[bisect_left(self.bounds, value)] += 1  # the first bucket with value <= bound
+        counts[-1] += value
+
+    def family(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        for labels, counts in list(self.series.items()):
+            counts = list(counts)
+            buckets: list[tuple[str, float]] = []
+            seen = 0.0
+            for bound, count in zip((*self.bounds, float("inf")), counts, strict=False):
+                seen += count
+                buckets.append((floatToGoString(bound), seen))  # type: ignore[no-untyped-call]
+            family.add_metric(list(labels), buckets, sum_value=counts[-1])
+        return family
+
+
+class _HotSeries(Collector):
+    def __init__(self, *series: HotCounter | HotHistogram) -> None:
+        self.series = series
+
+    def collect(self) -> Iterator[Metric]:
+        for one in self.series:
+            yield one.family()
+
+
 class Metrics:
     def __init__(self, version: str) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
-        self.requests = Counter(
+        self.requests = HotCounter(
             "aap_http_requests",
             "HTTP requests answered, by method, route template and status",
             ["method", "route", "status"],
-            registry=registry,
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = HotHistogram(
             "aap_http_request_duration_seconds",
             "Time to answer an HTTP request (a stream: until it ends), by route and status",
             ["method", "route", "status"],
-            registry=registry,
+            Histogram.DEFAULT_BUCKETS[:-1],
         )
-        self.turns = Counter(
+        self.turns = HotCounter(
             "aap_turns",
             "Turns ended, by agent and AAP stop reason",
             ["agent", "stop_reason"],
-            registry=registry,
         )
         self.tokens = Counter(
             "aap_model_tokens",
@@ -56,31 +121,38 @@ class Metrics:
             ["agent", "type"],
             registry=registry,
         )
-        self.turn_seconds = Histogram(
+        self.turn_seconds = HotHistogram(
             "aap_turn_duration_seconds",
             "Time from a turn's start to its turn_stop, by agent",
             ["agent"],
-            buckets=_TURN_BUCKETS,
-            registry=registry,
+            _TURN_BUCKETS,
         )
-        self.steps = Counter(
+        self.steps = HotCounter(
             "aap_steps",
             "Agent steps checked by the guardian, by AOS method",
             ["method"],
-            registry=registry,
         )
-        self.verdicts = Counter(
+        self.verdicts = HotCounter(
             "aap_guardian_verdicts",
             "Guardian verdicts, by decision and policy rule id (empty: no rule decided)",
             ["decision", "rule"],
-            registry=registry,
         )
-        self.guardian_seconds = Histogram(
+        self.guardian_seconds = HotHistogram(
             "aap_guardian_check_duration_seconds",
             "Time the guardian took to answer a step check, by AOS method",
             ["method"],
-            buckets=_GUARDIAN_BUCKETS,
-            registry=registry,
+            _GUARDIAN_BUCKETS,
+        )
+        registry.register(
+            _HotSeries(
+                self.requests,
+                self.request_seconds,
+                self.turns,
+                self.turn_seconds,
+                self.steps,
+                self.verdicts,
+                self.guardian_seconds,
+            )
         )
         self.open_streams = Gauge(
             "aap_open_streams", "SSE responses being streamed now", registry=registry
@@ -94,24 +166,19 @@ class Metrics:
         info = Gauge("aap_build_info", "The server's version", ["version"], registry=registry)
         info.labels(version=version).set(1)
 
-        # Each check updates three series: their label lookups (a lock each) are done once.
-        self._by_method: dict[str, tuple[Any, Any]] = {}
-        self._by_verdict: dict[tuple[str, str], Any] = {}
+    def request_answered(self, method: str, route: str, status: str, seconds: float) -> None:
+        labels = (method, route, status)
+        self.requests.inc(labels)
+        self.request_seconds.observe(labels, seconds)
+
+    def turn_stopped(self, agent: str, stop_reason: str, seconds: float) -> None:
+        self.turns.inc((agent, stop_reason))
+        self.turn_seconds.observe((agent,), seconds)
 
     def step_checked(self, method: str, decision: str, rule: str, seconds: float) -> None:
-        by_method = self._by_method.get(method)
-        if by_method is None:
-            by_method = self._by_method[method] = (
-                self.steps.labels(method),
-                self.guardian_seconds.labels(method),
-            )
-        steps, latency = by_method
-        steps.inc()
-        latency.observe(seconds)
-        verdict = self._by_verdict.get((decision, rule))
-        if verdict is None:
-            verdict = self._by_verdict[decision, rule] = self.verdicts.labels(decision, rule)
-        verdict.inc()
+        self.steps.inc((method,))
+        self.guardian_seconds.observe((method,), seconds)
+        self.verdicts.inc((decision, rule))
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)

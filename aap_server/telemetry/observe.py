@@ -183,6 +183,8 @@ class TurnObservation(Observer):
         if tracer is not None:
             span = self._turn_span(tracer, agent, session_id, turn_id, mode)
         super().__init__(telemetry, agent, session_id, turn_id, span)
+        if not logger.isEnabledFor(logging.INFO):  # else skip building its fields
+            return
         logger.info(
             "turn %s started: agent %s, session %s, stream %s",
             turn_id,
@@ -224,8 +226,7 @@ class TurnObservation(Observer):
         `awaiting_approvals` permission requests; its model reported using `usage` tokens."""
         seconds = time.perf_counter() - self.started
         metrics = self.telemetry.metrics
-        metrics.turns.labels(self.agent.name, reason).inc()
-        metrics.turn_seconds.labels(self.agent.name).observe(seconds)
+        metrics.turn_stopped(self.agent.name, reason, seconds)
         input_tokens = usage.input_tokens if usage is not None else 0
         output_tokens = usage.output_tokens if usage is not None else 0
         if input_tokens or output_tokens:
@@ -243,6 +244,8 @@ class TurnObservation(Observer):
 
                 self.span.set_status(StatusCode.ERROR, "the turn stopped with an error")
             self.span.end()
+        if not logger.isEnabledFor(logging.INFO):
+            return
         logger.info(
             "turn %s stopped: %s after %.1f ms, %d guardian checks, %d + %d tokens",
             self.turn_id,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from aap_server import ids
-from aap_server.ids import IdGenerator, encode, utc_now_iso
+from aap_server.ids import IdGenerator, encode, new_id, utc_now_iso
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -58,3 +60,65 @@ def test_wire_time_follows_the_clock_across_seconds(monkeypatch: pytest.MonkeyPa
     assert utc_now_iso() == "2023-11-14T22:13:20.998Z"
     now[0] += 5_000_000  # 5 ms later: the next second
     assert utc_now_iso() == "2023-11-14T22:13:21.003Z"
+
+
+def decoded(text: str) -> int:
+    value = 0
+    for char in text:
+        value = value * 32 + CROCKFORD.index(char)
+    return value
+
+
+def test_each_id_is_the_ulid_text_of_its_time_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = IdGenerator()
+    # Start just below a carry out of the low 40 bits (the cached upper text must follow).
+    generator._random = (1 << 40) - 5
+    now = [1_700_000_000_000_000_000]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    made = []
+    for step in range(20):
+        now[0] += 400_000 * (step % 3)  # some in one ms, some in the next
+        made.append(generator.new(""))
+    for text in made:
+        value = decoded(text)
+        assert encode(value) == text
+        assert value >> 80 in range(1_700_000_000_000, 1_700_000_000_100)
+    assert sorted(made) == made
+    assert len(set(made)) == len(made)
+
+
+def test_ids_stay_in_order_when_the_clock_steps_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = IdGenerator()
+    now = [1_700_000_000_000_000_000]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    first = generator.new("x_")
+    now[0] -= 5_000_000_000  # an NTP step back by 5 s
+    second = generator.new("x_")
+    assert first < second
+
+
+def _make_ids(count: int, out: Any) -> None:
+    out.send([new_id("step_") for _ in range(count)])
+
+
+# Issue 12: ids from a per-process counter (no lock, no os.urandom per id) stay unique
+# across worker processes (forked from one parent, as `serve --workers` does) and sorted.
+def test_ids_are_unique_and_ordered_across_forked_processes() -> None:
+    new_id("warm_")  # the parent has made ids before it forks, as the server has
+    context = multiprocessing.get_context("fork")
+    lists: list[list[str]] = []
+    pipes = [context.Pipe(duplex=False) for _ in range(2)]
+    workers = [context.Process(target=_make_ids, args=(100_000, sender)) for _, sender in pipes]
+    for worker in workers:
+        worker.start()
+    for receiver, _ in pipes:
+        lists.append(receiver.recv())
+    for worker in workers:
+        worker.join()
+        assert worker.exitcode == 0
+    for made in lists:
+        assert sorted(made) == made
+        assert len(set(made)) == len(made) == 100_000
+    assert not set(lists[0]) & set(lists[1])
+    # Each process has its own random part: the parts after the time differ.
+    assert lists[0][0][len("step_") + 10 :] != lists[1][0][len("step_") + 10 :]
