@@ -78,14 +78,47 @@ _INNER_DELIMITER = re.compile(r"[\"'<>()\[\]{},;!?`|*]+")
 _HAS_VALUE_CHAR = re.compile(r"[\d@/]|.\..")
 
 
+# ASCII whitespace (what `str.split` splits ASCII text at) as ` `, and the characters that make
+# a word a value (`_HAS_VALUE_CHAR`: a digit, `@`, `/`) as NUL.
+_VALUE_MARKS = bytes.maketrans(
+    b"\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f0123456789@/", b" " * 9 + b"\x00" * 12
+)
+
+
+def _value_words(lowered: str) -> set[str] | None:
+    """The distinct words of ASCII text that `_HAS_VALUE_CHAR` finds a value character in,
+    found from those characters (`find`, C speed) instead of by splitting the whole text:
+    prose has few. None for other text (split as a whole)."""
+    if not lowered.isascii():
+        return None
+    marked = lowered.encode("ascii").translate(_VALUE_MARKS)
+    size = len(marked)
+    found: set[str] = set()
+    for mark in (b"\x00", b"."):
+        at = marked.find(mark)
+        while at != -1:
+            start = marked.rfind(b" ", 0, at) + 1
+            end = marked.find(b" ", at)
+            end = size if end == -1 else end
+            # A dot makes a value only inside a word (`a.b`), not at its edge (`end.`).
+            if mark == b"\x00" or start < at < end - 1:
+                found.add(lowered[start:end])
+                at = marked.find(mark, end)
+            else:
+                at = marked.find(mark, at + 1)
+    return found
+
+
 def words_of(text: str, values_only: bool) -> list[int]:
     """Fingerprints of a text's distinct words (`values_only`: only value-like ones, with a
     digit, `@`, `/` or an inner dot), and of the hosts of its URLs. Splitting runs at C
     speed; Python touches each distinct word once."""
     lowered = text.lower()
-    words: Iterable[str] = set(lowered.split())
-    if values_only:
-        words = filter(_HAS_VALUE_CHAR.search, words)
+    words: Iterable[str] | None = _value_words(lowered) if values_only else None
+    if words is None:
+        words = set(lowered.split())
+        if values_only:
+            words = filter(_HAS_VALUE_CHAR.search, words)
     distinct: set[str] = set()
     for word in words:
         word = word.strip(_STRIP)
