@@ -225,6 +225,8 @@ class SessionMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     provenance: ProvenanceMemory | None = None
     # The memory stands for one that was forgotten (`SessionFacts.of_forgotten`).
     forgotten: bool = False
+    # Untrusted content came in while no rule asked for its fingerprints (`untrusted_lines`).
+    untrusted_unprinted: bool = False
 
 
 class _Taint(msgspec.Struct, kw_only=True):
@@ -325,6 +327,10 @@ class SessionFacts:
         # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
         # untrusted and private data in every tool argument (fail closed).
         self.forgotten = False
+        # Untrusted content came in without its lines and chunks fingerprinted (the policy
+        # then had no rule that reads them): a rule that does takes every tool argument to
+        # carry untrusted data (fail closed).
+        self.untrusted_unprinted = False
         # What the store holds of this session as far as these facts know: the size of its
         # last whole record (None: none yet) and of the change records after it (see
         # `MIN_LOG_BYTES`), how many records that is, and the last one (the bytes and their
@@ -554,6 +560,7 @@ class SessionFacts:
             counters=counters,
             provenance=provenance,
             forgotten=self.forgotten,
+            untrusted_unprinted=self.untrusted_unprinted,
         )
 
     @staticmethod
@@ -624,6 +631,7 @@ class SessionFacts:
             self.calls_by_tool[key] = count(self.calls_by_tool.get(key, 0), calls)
         self.untrusted_seen |= stored.untrusted_seen
         self.forgotten |= stored.forgotten
+        self.untrusted_unprinted |= stored.untrusted_unprinted
         self.untrusted_lines.add_all(stored.untrusted_lines)
         self.private_lines.add_all(stored.private_lines)
         self.private_values.add_all(stored.private_prints)
