@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -129,7 +130,14 @@ class RecentScans:
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
     if patterns is None:
         return True
-    return name is not None and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return name is not None and any(_name_matches(name, p) for p in patterns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_matches(name: str, pattern: str) -> bool:
+    """`fnmatchcase`, remembered: every step tests its tool and agent against every rule's
+    patterns, and both repeat."""
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 def _argument_value(arguments: dict[str, Any], path: str) -> tuple[bool, Any]:

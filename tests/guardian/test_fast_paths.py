@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from aap_server.guardian import provenance
 from aap_server.guardian.detectors import injection, secret_formats
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.fingerprints import Prints
@@ -19,7 +20,10 @@ def _texts(pieces: list[str], count: int, seed: int) -> list[str]:
     return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(count)]
 
 
-def test_value_words_are_the_words_with_a_value_character() -> None:
+def test_value_words_are_the_words_with_a_value_character(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(provenance, "_SPLIT_WHOLE_BELOW", 0)  # short texts too
     pieces = ["a", "b.c", "end.", ".x", "1", "@", "/", " ", "\n", "\t", "\x1c", "\x0b", "..",
               ".", "x", "ab", ",", '"', "é", "\u00a0"]  # fmt: skip
     checked = 0
@@ -46,6 +50,30 @@ def test_words_of_values_only_is_what_splitting_the_whole_text_gives(
     monkeypatch.setattr("aap_server.guardian.provenance._value_words", lambda lower: None)
     assert fast == [sorted(words_of(text, True)) for text in texts]
     assert all(fast)
+
+
+def _words_plainly(text: str, values_only: bool) -> set[int]:
+    """`words_of` as first written: every distinct word stripped, split and hashed."""
+    lowered = text.lower()
+    words = [w for w in set(lowered.split()) if not values_only or _HAS_VALUE_CHAR.search(w)]
+    distinct: set[str] = set()
+    for word in words:
+        word = word.strip(provenance._STRIP)
+        distinct.update(part.strip(provenance._STRIP) for part in _INNER.split(word))
+    prints = {provenance._print(provenance._normal(w)) for w in distinct if len(w) >= 3}
+    hosts = provenance._URL_HOST.findall(lowered) if "://" in text else []
+    return prints | {provenance._print(host) for _, host in hosts}
+
+
+_INNER = provenance._INNER_DELIMITER
+
+
+def test_words_of_gives_the_prints_of_each_distinct_word() -> None:
+    pieces = ["Bob", "45.50", "45.5", '"a","b"', "mailto:x@ex.org", "https://Ex.org/p", " ",
+              "\n", ",", ".", "ab", "x.y", "1", "(", ")", "é"]  # fmt: skip
+    for text in _texts(pieces, 3000, 5):
+        for values_only in (False, True):
+            assert set(words_of(text, values_only)) == _words_plainly(text, values_only), text
 
 
 def _operators_plainly(text: str) -> list[tuple[int, int]]:
