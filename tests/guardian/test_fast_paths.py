@@ -5,11 +5,12 @@ matter to it (separators, the characters it looks for, other scripts)."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
 from aap_server.guardian import provenance
-from aap_server.guardian.detectors import injection, secret_formats
+from aap_server.guardian.detectors import injection, pii, secret_formats
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.provenance import _HAS_VALUE_CHAR, _value_words, words_of
@@ -128,3 +129,21 @@ def test_prints_added_at_once_are_those_added_one_by_one() -> None:
             assert at_once.saturated == one_by_one.saturated
             if rng.random() < 0.3:
                 assert at_once.take_touched() == one_by_one.take_touched()
+
+
+@pytest.mark.parametrize(
+    ("shape", "least_digits"),
+    [(pii._CARD_SHAPE, 12), (pii._SSN_SHAPE, 9), (pii._IPV4_SHAPE, 4)],
+)
+def test_a_pii_shape_holds_the_digits_its_gate_asks_for(
+    shape: re.Pattern[bytes], least_digits: int
+) -> None:
+    """`pii._scan` skips a shape in text with fewer digits than it can match: none does."""
+    rng = random.Random(6)
+    matched = 0
+    for _ in range(20000):
+        text = bytes(rng.choice(b"00000 -.A") for _ in range(rng.randint(0, 30)))
+        for m in shape.finditer(text):
+            assert m.group().count(b"0") >= least_digits, text
+            matched += 1
+    assert matched > 20

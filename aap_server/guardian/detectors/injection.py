@@ -27,7 +27,8 @@ messages).
 
 Speed: phrases are searched only in windows around anchor words of the lower-cased text
 (`ignor`, `disregard`, `forget`, `instruction`, `prompt`, ` now`, `restrict`, `overrid`,
-`guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed; markup
+`guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed
+(in ASCII text an anchor is looked for only if the text's distinct words hold it); markup
 patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are looked for only
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
 (`_views.normalise`: invisible characters dropped, NFKC, accents and combining marks
