@@ -678,6 +678,12 @@ def _secret_like(value: str, strict: bool = False, password: bool = False) -> bo
     return True
 
 
+# Each literal format with a character of its anchor that prose seldom has (its last
+# non-alphanumeric one, else its last).
+_LITERAL_GATES = tuple(
+    (fmt, next((ch for ch in reversed(fmt.anchor) if not ch.isalnum()), fmt.anchor[-1]))
+    for fmt in LITERAL_FORMATS
+)
 _FB_APP_TOKEN = re.compile(r"(?<![0-9])[0-9]{15,16}[|%][A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])")
 
 
@@ -687,7 +693,9 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     if ":" in text and "://" in text:
         _urls(text, out)
-    if "hooks.slack.com/" in text:
+    # A longer literal is looked for only where a rare character of it is (`in` with one
+    # character is a `memchr`, several times faster than a substring search).
+    if "/" in text and "hooks.slack.com/" in text:
         _bare_slack_hooks(text, out)
     if "-" in text and "PRIVATE KEY" in text:
         _private_keys(text, out)
@@ -699,8 +707,8 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
             skipped.add(index)  # inside a URL or key block already reported
         else:
             _match_formats(text, start, end, out, dropped)
-    for fmt in LITERAL_FORMATS:
-        if fmt.anchor in text:
+    for fmt, rare in _LITERAL_GATES:
+        if rare in text and fmt.anchor in text:
             out.extend(_secret(fmt.id, text, *m.span()) for m in fmt.pattern.finditer(text))
     if "acebook" in text or "ACEBOOK" in text:
         out.extend(
