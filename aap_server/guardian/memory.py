@@ -9,7 +9,10 @@ hex-encoded) and the placeholders handed out. Texts are never kept whole:
   `CHUNK_CHARS`-character chunks of it (`chunk_prints`), at most `MAX_LINE_PRINTS`
   per session (oldest forgotten first): it is recognised when those 16 bytes, or any
   `CHUNK_CHARS + CHUNK_STRIDE - 1` letters and digits of it in a row, occur in a later tool
-  argument (whatever the spacing, punctuation or case, split across arguments or not);
+  argument (whatever the spacing, punctuation or case, split across arguments or not).
+  Untrusted text (not knowledge) is fingerprinted only under a policy with a rule that reads
+  it (`untrusted_data_in_arguments`); taken in without, it sets `untrusted_unprinted`, and
+  such a rule then counts every argument as carrying it (fail closed);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
   of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
   every later tool argument counts as carrying private data (fail closed: a flood of values
