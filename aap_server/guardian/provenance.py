@@ -101,7 +101,8 @@ def _value_words(lowered: str) -> set[str] | None:
     found: set[str] = set()
     # Dots that end a word (`end. `) or start one are no values'; those gone, a dot left over
     # may be inside a word (none ever inside one is removed: its neighbours are no spaces).
-    inner_dots = b"." in marked.replace(b". ", b"").replace(b" .", b"")
+    # The text's last character, a dot or not, is at a word's edge.
+    inner_dots = b"." in marked[:-1].replace(b". ", b"").replace(b" .", b"")
     for mark in (b"\x00", b".") if inner_dots else (b"\x00",):
         at = marked.find(mark)
         while at != -1:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from aap_server.guardian import provenance
-from aap_server.guardian.detectors import injection, pii, secret_formats
+from aap_server.guardian.detectors import directives, injection, pii, secret_formats
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.provenance import _HAS_VALUE_CHAR, _value_words, words_of
@@ -147,3 +147,9 @@ def test_a_pii_shape_holds_the_digits_its_gate_asks_for(
             assert m.group().count(b"0") >= least_digits, text
             matched += 1
     assert matched > 20
+
+
+def test_every_markup_match_starts_with_the_character_it_is_gated_on() -> None:
+    for lead, pattern in directives._MARKUP_BY_LEAD:
+        assert pattern.pattern.lstrip("\\").startswith(lead), pattern.pattern
+        assert not re.match(r"[(?|*+]", pattern.pattern.lstrip("\\")[1:2] or "x")

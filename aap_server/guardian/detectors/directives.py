@@ -195,6 +195,8 @@ _MARKUP = (
         r"(?:message|note|override|prompt|mensaje|mensagem|nachricht|messaggio)?\s*\]\s*:?"
     ),
 )
+# Each with the character every match of it starts with.
+_MARKUP_BY_LEAD = tuple(zip("<#[", _MARKUP, strict=True))
 # Envelopes in other scripts: `【系统】`, `[システム]`, `<система>`, `### النظام`.
 _MARKUP_OTHER = re.compile(
     r"(?:[\[<【(（]|#{2,})\s*(?:系统|系統|システム|시스템|النظام|सिस्टम|система|системное"
@@ -273,8 +275,9 @@ def scan_directives(v: TextViews) -> list[Finding]:
         m = _TASK_AT.match(lower, start)
         if m is not None and (m.group("task") is None or _ends_sentence(lower, m.end())):
             out.append(_finding(text, *m.span()))
-    for pattern in _MARKUP:
-        out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
+    for lead, pattern in _MARKUP_BY_LEAD:
+        if lead in lower:  # (one `memchr`: prose seldom has `<`, `#` or `[`)
+            out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
     if not lower.isascii():
         out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
         out += [_finding(text, *m.span()) for m in _MARKUP_OTHER.finditer(lower)]
