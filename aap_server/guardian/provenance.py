@@ -101,8 +101,12 @@ def _value_words(lowered: str) -> set[str] | None:
     found: set[str] = set()
     # Dots that end a word (`end. `) or start one are no values'; those gone, a dot left over
     # may be inside a word (none ever inside one is removed: its neighbours are no spaces).
-    # The text's last character, a dot or not, is at a word's edge.
-    inner_dots = b"." in marked[:-1].replace(b". ", b"").replace(b" .", b"")
+    # The text's last character, a dot or not, is at a word's edge. Prose's dots all end a
+    # sentence (each is followed by a space: counting says so without a copy).
+    body = marked[:-1]
+    inner_dots = body.count(b".") != body.count(b". ") and (
+        b"." in body.replace(b". ", b"").replace(b" .", b"")
+    )
     for mark in (b"\x00", b".") if inner_dots else (b"\x00",):
         at = marked.find(mark)
         while at != -1:

@@ -81,12 +81,13 @@ def _operators_plainly(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in secret_formats._ASSIGN_OP.finditer(text)]
 
 
+@pytest.mark.parametrize("repeat", [1, 8])  # few operators (found one by one) and many
 @pytest.mark.parametrize("padding", ["", "word " * 60])
-def test_assignment_operators_are_those_a_search_finds(padding: str) -> None:
+def test_assignment_operators_are_those_a_search_finds(padding: str, repeat: int) -> None:
     pieces = ["=", ":", "==", ":=", "=>", " ", "\t", '"', "'", "abcdefgh", "token", "Bearer ",
               "x", "12345678", "\n", "::"]  # fmt: skip
     for text in _texts(pieces, 3000, 2):
-        text = padding + text + padding  # few operators (found by `find`) and many (search)
+        text = (padding + text + padding) * repeat
         assert [m.span() for m in secret_formats._operators(text)] == _operators_plainly(text)
 
 

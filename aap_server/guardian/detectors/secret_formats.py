@@ -571,20 +571,18 @@ def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
     return "", False
 
 
-# Text with fewer operators than one per this many characters has them found by `find`.
-_FEW_OPERATORS = 128
+# After this many `:` and `=` found one by one, the rest are searched for (JSON is full of
+# them, and there the search is faster).
+_FEW_OPERATORS = 64
 
 
 def _operators(text: str) -> Iterator[re.Match[str]]:
     """`_ASSIGN_OP.finditer(text)`, tried only at the `:` and `=` found by `str.find` (C speed;
     a search for a pattern that starts with a class tests every character in turn, several
-    times slower on text with few operators; with many, as in JSON, the search is faster)."""
-    if text.count(":") + text.count("=") > len(text) // _FEW_OPERATORS:
-        yield from _ASSIGN_OP.finditer(text)
-        return
+    times slower on text with few operators) while there are few."""
     next_at = {ch: text.find(ch) for ch in ":="}
     searched_to = 0  # as `finditer`: the next match starts at or after the last one's end
-    while True:
+    for _ in range(_FEW_OPERATORS):
         found = [at for at in next_at.values() if at != -1]
         if not found:
             return
@@ -597,6 +595,9 @@ def _operators(text: str) -> Iterator[re.Match[str]]:
         if op is not None:
             searched_to = op.end()
             yield op
+    rest = [at for at in next_at.values() if at != -1]
+    if rest:
+        yield from _ASSIGN_OP.finditer(text, max(searched_to, min(rest)))
 
 
 def _assignments(text: str, out: list[Finding]) -> None:
