@@ -194,8 +194,6 @@ class _Step:
         self._argument_prints: set[int] | None = None
         # Fingerprints of untrusted content's lines and chunks (the newest that can be kept).
         self.content_prints: list[int] = []
-        # Whether they were taken: only where a rule can read them (see `prepare`).
-        self.content_printed = False
         self._tool_facts: ToolFacts | None = None
         self._call: Call | None = None
         # What provenance learning takes in from the texts, computed in the scan worker for a
@@ -233,7 +231,6 @@ class _Step:
         if view.method in UNTRUSTED_METHODS and (
             self.reads_untrusted_lines or view.method == "steps/knowledgeRetrieval"
         ):
-            self.content_printed = True
             prints: dict[int, None] = {}
             for text in view.texts:
                 prints.update(dict.fromkeys(line_prints(text)))
@@ -638,7 +635,8 @@ class PolicyGuardian(Guardian):
             facts.changed = True
             facts.untrusted_seen = True
             facts.untrusted_lines.add_all(step.content_prints)
-            facts.untrusted_unprinted |= not step.content_printed
+            # Taken in while no rule reads untrusted lines: they were not kept (`prepare`).
+            facts.untrusted_unprinted |= not step.reads_untrusted_lines
         trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
             view.execution_id
         )
