@@ -141,7 +141,9 @@ def _texts(normalized: aos.AosRequest, max_strings: int | None = None) -> list[s
         found.append(text)
         return text
 
-    document = msgspec.to_builtins(normalized)
+    # Every content path is under `params`: only they are converted (not the step's context,
+    # with the agent's instructions and tools, which no path reads).
+    document = {"params": msgspec.to_builtins(normalized.params)}
     for path in CONTENT_PATHS[normalized.method]:
         _walk(document, path, collect)
     return found

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import zlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 def fingerprint(data: bytes) -> int:
@@ -30,6 +31,28 @@ def fingerprints(chunks: Sequence[bytes]) -> list[int]:
     halves[_CRC_HALF::2] = array(_HALF, map(zlib.crc32, chunks))
     halves[1 - _CRC_HALF :: 2] = array(_HALF, map(zlib.adler32, chunks))
     return memoryview(halves).cast("B").cast("Q").tolist()
+
+
+def _add_in_order(
+    kept: OrderedDict[int, None],
+    ordered: list[int],
+    limit: int,
+    evicted: Callable[[], None] | None = None,
+) -> set[int]:
+    """`ordered` (distinct) made the newest of `kept`, oldest forgotten past `limit` (then
+    `evicted` is called): what a move to the end or an insertion per value, and a forgetting
+    per value over the limit, leave. Returns the values `kept` already had."""
+    known = kept.keys() & ordered
+    for value in known:
+        del kept[value]
+    kept.update(dict.fromkeys(ordered))
+    excess = len(kept) - limit
+    if excess > 0:
+        for value in list(itertools.islice(kept, excess)):
+            del kept[value]
+        if evicted is not None:
+            evicted()
+    return known
 
 
 class Prints:
@@ -72,11 +95,19 @@ class Prints:
         return True
 
     def add_all(self, values: Iterable[int]) -> bool:
-        """Remember the values; whether any was new."""
-        new = False
-        for value in values:
-            new |= self.add(value)
-        return new
+        """Remember the values, as `add` one after the other would (whether any was new),
+        in a few C-level passes: a step adds hundreds of fingerprints at once."""
+        # By their last occurrence, the order repeated `add`s leave them in.
+        ordered = list(dict.fromkeys(reversed(list(values))))
+        ordered.reverse()
+        if not ordered:
+            return False
+        _add_in_order(self._touched, ordered, self.limit)
+        known = len(_add_in_order(self._prints, ordered, self.limit, self._evicted))
+        return known < len(ordered)
+
+    def _evicted(self) -> None:
+        self.saturated = True
 
     def meets(self, values: Iterable[int]) -> bool:
         """Whether any of `values` is remembered."""

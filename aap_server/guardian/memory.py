@@ -9,7 +9,10 @@ hex-encoded) and the placeholders handed out. Texts are never kept whole:
   `CHUNK_CHARS`-character chunks of it (`chunk_prints`), at most `MAX_LINE_PRINTS`
   per session (oldest forgotten first): it is recognised when those 16 bytes, or any
   `CHUNK_CHARS + CHUNK_STRIDE - 1` letters and digits of it in a row, occur in a later tool
-  argument (whatever the spacing, punctuation or case, split across arguments or not);
+  argument (whatever the spacing, punctuation or case, split across arguments or not).
+  Untrusted text (not knowledge) is fingerprinted only under a policy with a rule that reads
+  it (`untrusted_data_in_arguments`); taken in without, it sets `untrusted_unprinted`, and
+  such a rule then counts every argument as carrying it (fail closed);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
   of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
   every later tool argument counts as carrying private data (fail closed: a flood of values
@@ -225,6 +228,8 @@ class SessionMemory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     provenance: ProvenanceMemory | None = None
     # The memory stands for one that was forgotten (`SessionFacts.of_forgotten`).
     forgotten: bool = False
+    # Untrusted content came in while no rule asked for its fingerprints (`untrusted_lines`).
+    untrusted_unprinted: bool = False
 
 
 class _Taint(msgspec.Struct, kw_only=True):
@@ -325,6 +330,10 @@ class SessionFacts:
         # Set for a session whose memory was forgotten (see `FactsCache`): it is taken to carry
         # untrusted and private data in every tool argument (fail closed).
         self.forgotten = False
+        # Untrusted content came in without its lines and chunks fingerprinted (the policy
+        # then had no rule that reads them): a rule that does takes every tool argument to
+        # carry untrusted data (fail closed).
+        self.untrusted_unprinted = False
         # What the store holds of this session as far as these facts know: the size of its
         # last whole record (None: none yet) and of the change records after it (see
         # `MIN_LOG_BYTES`), how many records that is, and the last one (the bytes and their
@@ -554,6 +563,7 @@ class SessionFacts:
             counters=counters,
             provenance=provenance,
             forgotten=self.forgotten,
+            untrusted_unprinted=self.untrusted_unprinted,
         )
 
     @staticmethod
@@ -624,6 +634,7 @@ class SessionFacts:
             self.calls_by_tool[key] = count(self.calls_by_tool.get(key, 0), calls)
         self.untrusted_seen |= stored.untrusted_seen
         self.forgotten |= stored.forgotten
+        self.untrusted_unprinted |= stored.untrusted_unprinted
         self.untrusted_lines.add_all(stored.untrusted_lines)
         self.private_lines.add_all(stored.private_lines)
         self.private_values.add_all(stored.private_prints)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -129,7 +130,14 @@ class RecentScans:
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
     if patterns is None:
         return True
-    return name is not None and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return name is not None and any(_name_matches(name, p) for p in patterns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_matches(name: str, pattern: str) -> bool:
+    """`fnmatchcase`, remembered: every step tests its tool and agent against every rule's
+    patterns, and both repeat."""
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 def _argument_value(arguments: dict[str, Any], path: str) -> tuple[bool, Any]:
@@ -171,6 +179,7 @@ class _Step:
         self.policy = policy
         self.families = families(view.method)
         self._recent = families.recent
+        self.reads_untrusted_lines = families.reads_untrusted_lines
         # A tool call of a tool the policy labels egress.
         self.egress = view.tool is not None and _names_match(policy.egress.tools, view.tool)
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
@@ -206,7 +215,8 @@ class _Step:
     def prepare(self, *, arguments: bool = False) -> None:
         """Everything costly, once: detector hits in the content (for egress tools also URLs
         outside the policy's allowed domains or inside its denied ones), the decoded forms of
-        tool arguments, fingerprints of untrusted lines. Linear in the step's content."""
+        tool arguments, fingerprints of untrusted lines (of knowledge always, of other
+        untrusted content when a rule reads them). Linear in the step's content."""
         view = self.view
         found = [f for text in view.texts for f in self.scan(text)]
         if self.egress:
@@ -218,7 +228,9 @@ class _Step:
             if self.cancelled:  # `check_egress` stopped early: its answer is incomplete
                 raise ScanCancelled
         self.findings = found
-        if view.method in UNTRUSTED_METHODS:
+        if view.method in UNTRUSTED_METHODS and (
+            self.reads_untrusted_lines or view.method == "steps/knowledgeRetrieval"
+        ):
             prints: dict[int, None] = {}
             for text in view.texts:
                 prints.update(dict.fromkeys(line_prints(text)))
@@ -295,6 +307,13 @@ class _Families:
             for method in methods
         }
         self.recent = RecentScans()  # per policy: another may scan for other families
+        # Whether a rule reads the fingerprints of untrusted content (a tool result's are
+        # taken only then: hashing 4 KB at every 8th letter costs more than scanning it).
+        self.reads_untrusted_lines = any(
+            rule.match.session is not None
+            and rule.match.session.untrusted_data_in_arguments is not None
+            for rule in rules
+        )
 
     def __call__(self, method: str) -> tuple[Category, ...]:
         return self._by_method.get(method, self._any)
@@ -384,7 +403,11 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             return False
         if session.untrusted_data_in_arguments is not None and (
             session.untrusted_data_in_arguments
-            != (facts.forgotten or carries_line(facts.untrusted_lines, step.argument_prints))
+            != (
+                facts.forgotten
+                or facts.untrusted_unprinted
+                or carries_line(facts.untrusted_lines, step.argument_prints)
+            )
         ):
             return False
     # Last: the detectors are the costly part, and most rules are decided before them.
@@ -612,6 +635,8 @@ class PolicyGuardian(Guardian):
             facts.changed = True
             facts.untrusted_seen = True
             facts.untrusted_lines.add_all(step.content_prints)
+            # Taken in while no rule reads untrusted lines: they were not kept (`prepare`).
+            facts.untrusted_unprinted |= not step.reads_untrusted_lines
         trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
             view.execution_id
         )

@@ -29,6 +29,7 @@ a scan worker for a big step), so that `learn` on the event loop only merges fin
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -78,22 +79,80 @@ _INNER_DELIMITER = re.compile(r"[\"'<>()\[\]{},;!?`|*]+")
 _HAS_VALUE_CHAR = re.compile(r"[\d@/]|.\..")
 
 
+# ASCII whitespace (what `str.split` splits ASCII text at) as ` `, and the characters that make
+# a word a value (`_HAS_VALUE_CHAR`: a digit, `@`, `/`) as NUL.
+_VALUE_MARKS = bytes.maketrans(
+    b"\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f0123456789@/", b" " * 9 + b"\x00" * 12
+)
+
+
+# Shorter texts (an argument, a subject) are split whole: fewer passes.
+_SPLIT_WHOLE_BELOW = 256
+
+
+def _value_words(lowered: str) -> set[str] | None:
+    """The distinct words of ASCII text that `_HAS_VALUE_CHAR` finds a value character in,
+    found from those characters (`find`, C speed) instead of by splitting the whole text:
+    prose has few. None for other text and short text (split as a whole)."""
+    if len(lowered) < _SPLIT_WHOLE_BELOW or not lowered.isascii():
+        return None
+    marked = lowered.encode("ascii").translate(_VALUE_MARKS)
+    size = len(marked)
+    found: set[str] = set()
+    # Dots that end a word (`end. `) or start one are no values'; those gone, a dot left over
+    # may be inside a word (none ever inside one is removed: its neighbours are no spaces).
+    # The text's last character, a dot or not, is at a word's edge. Prose's dots all end a
+    # sentence (each is followed by a space: counting says so without a copy).
+    body = marked[:-1]
+    inner_dots = body.count(b".") != body.count(b". ") and (
+        b"." in body.replace(b". ", b"").replace(b" .", b"")
+    )
+    for mark in (b"\x00", b".") if inner_dots else (b"\x00",):
+        at = marked.find(mark)
+        while at != -1:
+            start = marked.rfind(b" ", 0, at) + 1
+            end = marked.find(b" ", at)
+            end = size if end == -1 else end
+            # A dot makes a value only inside a word (`a.b`), not at its edge (`end.`).
+            if mark == b"\x00" or start < at < end - 1:
+                found.add(lowered[start:end])
+                at = marked.find(mark, end)
+            else:
+                at = marked.find(mark, at + 1)
+    return found
+
+
+# Distinct words (as `str.split` cuts them) whose fingerprints are kept: texts share most of
+# their words, so most are looked up rather than stripped, normalised and hashed again.
+_TOKEN_PRINTS_KEPT = 16_384
+
+
+@functools.lru_cache(maxsize=_TOKEN_PRINTS_KEPT)
+def _token_prints(token: str) -> tuple[int, ...]:
+    """The fingerprints one word of a text (lower-cased, as `split` cut it) contributes: of
+    its parts between inner delimiters (`"a","b"`: compact JSON and the like), edge
+    punctuation off, normalised (`_normal`), each of at least `MIN_VALUE_CHARS`."""
+    word = token.strip(_STRIP)
+    parts = (
+        [part.strip(_STRIP) for part in _INNER_DELIMITER.split(word)]
+        if _INNER_DELIMITER.search(word)
+        else [word]
+    )
+    return tuple(_print(_normal(part)) for part in parts if len(part) >= MIN_VALUE_CHARS)
+
+
 def words_of(text: str, values_only: bool) -> list[int]:
     """Fingerprints of a text's distinct words (`values_only`: only value-like ones, with a
     digit, `@`, `/` or an inner dot), and of the hosts of its URLs. Splitting runs at C
-    speed; Python touches each distinct word once."""
+    speed; Python touches each distinct word once, and a word seen before (`_token_prints`)
+    only to look it up."""
     lowered = text.lower()
-    words: Iterable[str] = set(lowered.split())
-    if values_only:
-        words = filter(_HAS_VALUE_CHAR.search, words)
-    distinct: set[str] = set()
-    for word in words:
-        word = word.strip(_STRIP)
-        if _INNER_DELIMITER.search(word):  # `"a","b"`: compact JSON and the like
-            distinct.update(part.strip(_STRIP) for part in _INNER_DELIMITER.split(word))
-        else:
-            distinct.add(word)
-    prints = [_print(_normal(word)) for word in distinct if len(word) >= MIN_VALUE_CHARS]
+    words: Iterable[str] | None = _value_words(lowered) if values_only else None
+    if words is None:
+        words = set(lowered.split())
+        if values_only:
+            words = filter(_HAS_VALUE_CHAR.search, words)
+    prints = list(set().union(*map(_token_prints, words)))
     if "://" in text:
         prints += [_print(host) for _, host in _URL_HOST.findall(lowered)]
     return prints

@@ -15,10 +15,11 @@ from aap_server import aos
 from aap_server.api.aos_memory import check_with_stored_memory
 from aap_server.guardian import CheckScope, FailClosed, check_scope
 from aap_server.guardian.memory import SessionFacts
-from aap_server.guardian.policy import default_policy
+from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.store import CallerMemory, SqliteSessionStore, caller_chain
 from tests.e2e.test_review_findings import aos_send_email, aos_tool_result, in_session
+from tests.guardian.test_memory_log import READS_UNTRUSTED_LINES
 from tests.guardian.test_policy import steps
 
 CALLER = caller_chain("alice")
@@ -91,7 +92,8 @@ async def _bytes_per_call(
 async def test_a_check_reads_and_writes_as_many_bytes_at_the_cap_as_for_a_fresh_session(
     store: CountingStore,
 ) -> None:
-    guardian = FailClosed(PolicyGuardian(default_policy()))
+    # A rule that reads untrusted content's fingerprints: they are kept (and fill up) too.
+    guardian = FailClosed(PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES)))
     await check(guardian, store, steps("fresh").message("user", "hello"))
     for page in range(6):  # untrusted pages until every print set is at its cap
         lines = "\n".join(f"page {page} line {i:06d} of untrusted text" for i in range(3000))

@@ -16,6 +16,7 @@ from aap_server.guardian.content import rewrite, view_of
 from aap_server.guardian.detectors import check_egress, scan_all
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.guardian.provenance import words_of
 from aap_server.guardian.screen import WindowScreen
 from tests.guardian.loop import loop_passes
 from tests.guardian.test_policy import steps
@@ -70,7 +71,13 @@ PATHOLOGICAL = {
     "cherokee look-alikes next to latin": "\u13aaa",
     "cyrillic look-alikes next to latin": "\u0433a ",
     "tatweel": "\u0640ت",
+    # Few assignment operators (found by `find`, not a search), each with a value.
+    "sparse assignment operators": "word " * 40 + "api_key=abcdefgh12 ",
 }
+
+# Units for the provenance words (`words_of`): value characters found one by one, and
+# dots at a word's edge or inside it.
+WORD_UNITS = ["1 ", "a.b ", "end. ", ".x ", "x" * 200 + "1 ", "@", "a" * 300 + ". "]
 
 
 def _cpu(text: str) -> float:
@@ -91,6 +98,23 @@ def test_detectors_are_linear_on_pathological_input(name: str) -> None:
     ratio = _cpu(large) / max(_cpu(small), 1e-4)
     # Linear: ~10; quadratic: ~100.
     assert ratio < 30, f"{name}: 10x the input cost {ratio:.0f}x the CPU time"
+
+
+@pytest.mark.parametrize("unit", WORD_UNITS)
+@pytest.mark.parametrize("values_only", [False, True])
+def test_provenance_words_are_linear_on_pathological_input(unit: str, values_only: bool) -> None:
+    def cpu(text: str) -> float:
+        best = float("inf")
+        for _ in range(3):
+            started = time.process_time()
+            words_of(text, values_only)
+            best = min(best, time.process_time() - started)
+        return best
+
+    small = unit * (20_000 // len(unit))
+    large = unit * (200_000 // len(unit))
+    ratio = cpu(large) / max(cpu(small), 1e-4)
+    assert ratio < 30, f"{unit!r}: 10x the input cost {ratio:.0f}x the CPU time"
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,10 @@ import pytest
 
 from aap_server.guardian import fingerprints as fingerprints_module
 from aap_server.guardian import memory as guardian_memory
-from aap_server.guardian.policy import default_policy
+from aap_server.guardian import provenance
+from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
+from tests.guardian.test_memory_log import READS_UNTRUSTED_LINES
 from tests.guardian.test_policy import steps
 from tests.guardian.test_session_memory import LONG_NOTE
 
@@ -94,10 +96,12 @@ async def test_a_steps_hashing_does_not_depend_on_the_sessions_past(
 ) -> None:
     taken = []
     for past in (1, 200):
-        guardian = PolicyGuardian(default_policy())
+        # A rule that reads untrusted lines: the result's chunks are hashed.
+        guardian = PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES))
         for turn in range(past):
             result = steps(turn=f"turn_{turn}").tool_call_result("c1", _prose(4096, turn), False)
             await guardian.check(result)
+        provenance._token_prints.cache_clear()  # words seen before are not hashed again
         hashes_taken[0] = 0
         last = steps(turn="turn_last").tool_call_result("c2", _prose(4096, 10**6), False)
         await guardian.check(last)

@@ -142,6 +142,18 @@ async def test_a_guardian_taken_back_from_its_records_decides_as_the_live_one() 
     )
 
 
+# A rule that reads untrusted content's fingerprints: with it they are kept (and fill up).
+READS_UNTRUSTED_LINES = b"""
+version = 1
+[[rules]]
+id = "untrusted-out"
+action = "require_approval"
+reason_code = "untrusted.out"
+match.method = ["steps/toolCallRequest"]
+match.session.untrusted_data_in_arguments = true
+"""
+
+
 def _small_step(number: int) -> aos.AosRequest:
     return steps().tool_call_result(f"s{number}", f"small result number {number:06d} here", False)
 
@@ -157,11 +169,11 @@ async def _bytes_per_small_step(guardian: PolicyGuardian, stored: Stored, count:
 async def test_a_small_step_stores_as_many_bytes_for_a_session_at_its_cap_as_for_a_fresh_one() -> (
     None
 ):
-    fresh, fresh_stored = PolicyGuardian(default_policy()), Stored()
+    fresh, fresh_stored = PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES)), Stored()
     await fresh.check(steps().message("user", "hello"))
     fresh_stored.write(fresh.export_session("sess_1"))
 
-    full, full_stored = PolicyGuardian(default_policy()), Stored()
+    full, full_stored = PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES)), Stored()
     for page in range(6):  # untrusted pages until every print set is at its cap
         lines = "\n".join(f"page {page} line {i:06d} of untrusted text" for i in range(3000))
         await full.check(steps().tool_call_result(f"p{page}", lines, False))

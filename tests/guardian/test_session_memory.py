@@ -186,6 +186,52 @@ match.session.untrusted_data_in_arguments = true
     assert (await guardian.check(clean)).decision == "allow"
 
 
+async def test_untrusted_content_is_fingerprinted_only_when_a_rule_reads_it() -> None:
+    result = steps().tool_call_result("c1", "intro\nQuarterly numbers: revenue 4.2M\nend", False)
+    plain = PolicyGuardian(default_policy())  # no rule of it reads untrusted lines
+    await plain.check(result)
+    facts = plain._hosted.get("sess_1")
+    assert facts is not None
+    assert facts.untrusted_seen
+    assert len(facts.untrusted_lines) == 0
+    assert facts.untrusted_unprinted
+    reading = PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES))
+    await reading.check(result)
+    facts = reading._hosted.get("sess_1")
+    assert facts is not None
+    assert len(facts.untrusted_lines) > 0
+    assert not facts.untrusted_unprinted
+
+
+async def test_content_taken_in_unprinted_counts_as_carried_once_a_rule_reads_it() -> None:
+    """A policy reloaded (or a session taken back by a guardian) with a rule that reads
+    untrusted lines cannot tell what content taken in before left in an argument: every tool
+    argument counts as carrying it (fail closed)."""
+    guardian = PolicyGuardian(default_policy())
+    await guardian.check(steps().tool_call_result("c1", "some untrusted page text", False))
+    exported = guardian.export_session("sess_1")
+    assert exported is not None
+    unrelated = steps().tool_call_request("c2", "post_it", {"body": "nothing from there"})
+    assert (await guardian.check(unrelated)).decision == "allow"
+
+    guardian.replace_policy(parse_policy(READS_UNTRUSTED_LINES))
+    assert (await guardian.check(unrelated)).decision == "deny"
+    taken_back = PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES))
+    taken_back.import_session("sess_1", [exported.record])
+    assert (await taken_back.check(unrelated)).decision == "deny"
+
+
+READS_UNTRUSTED_LINES = b"""
+version = 1
+[[rules]]
+id = "no-untrusted-out"
+action = "deny"
+reason_code = "x"
+match.method = ["steps/toolCallRequest"]
+match.session.untrusted_data_in_arguments = true
+"""
+
+
 async def test_placeholders_are_bounded_and_still_redact(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(guardian_memory, "MAX_PLACEHOLDERS", 3)
     guardian = PolicyGuardian(parse_policy(PLACEHOLDERS.encode()))

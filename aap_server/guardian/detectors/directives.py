@@ -30,7 +30,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from aap_server.guardian.detectors._views import TextViews, fold_pattern, fold_words
+from aap_server.guardian.detectors._views import (
+    NON_LETTERS_TO_SPACE,
+    TextViews,
+    fold_pattern,
+    fold_words,
+)
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.languages import ascii_words, scan_languages
 
@@ -190,6 +195,8 @@ _MARKUP = (
         r"(?:message|note|override|prompt|mensaje|mensagem|nachricht|messaggio)?\s*\]\s*:?"
     ),
 )
+# Each with the character every match of it starts with.
+_MARKUP_BY_LEAD = tuple(zip("<#[", _MARKUP, strict=True))
 # Envelopes in other scripts: `【系统】`, `[システム]`, `<система>`, `### النظام`.
 _MARKUP_OTHER = re.compile(
     r"(?:[\[<【(（]|#{2,})\s*(?:系统|系統|システム|시스템|النظام|सिस्टम|система|системное"
@@ -220,13 +227,12 @@ for _words, _pattern in _TRIGGERED:
         _TRIGGERS.setdefault(_word.replace("_", " "), []).append(_compiled)
 # In ASCII text a trigger word can only occur at a word's start if its leading letters begin
 # one of the text's words, so only those triggers are searched for: one `translate` and
-# `split` (C speed) list the words, instead of a `find` pass over the text per trigger.
-_ASCII_NON_LETTERS = bytes(c for c in range(128) if not chr(c).isalpha())
-_NON_LETTERS_TO_SPACE = bytes.maketrans(_ASCII_NON_LETTERS, b" " * len(_ASCII_NON_LETTERS))
+# `split` (C speed) list the words (`TextViews.words`), instead of a `find` pass over the
+# text per trigger.
 _TRIGGERS_BY_WORD: dict[bytes, list[tuple[bytes, str]]] = {}
 for _word in _TRIGGERS:
     if _word.isascii():
-        _letters = _word.encode("ascii").translate(_NON_LETTERS_TO_SPACE).split()[0]
+        _letters = _word.encode("ascii").translate(NON_LETTERS_TO_SPACE).split()[0]
         _TRIGGERS_BY_WORD.setdefault(_letters[:2], []).append((_letters, _word))
 # Words (each a whole word in a match) without which `_TASK_AT` cannot match ASCII text: the
 # first word of each task verb, "your" and the words that point at a code block; and the
@@ -254,7 +260,7 @@ def scan_directives(v: TextViews) -> list[Finding]:
     cost is a few passes over the text plus work at the few places that matter."""
     text, lower = v.text, v.lower
     out: list[Finding] = []
-    words = _ascii_words(lower)
+    words = v.words
     for word in _triggers_to_search(words):
         patterns = _TRIGGERS[word]
         at = lower.find(word)
@@ -269,20 +275,14 @@ def scan_directives(v: TextViews) -> list[Finding]:
         m = _TASK_AT.match(lower, start)
         if m is not None and (m.group("task") is None or _ends_sentence(lower, m.end())):
             out.append(_finding(text, *m.span()))
-    for pattern in _MARKUP:
-        out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
+    for lead, pattern in _MARKUP_BY_LEAD:
+        if lead in lower:  # (one `memchr`: prose seldom has `<`, `#` or `[`)
+            out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
     if not lower.isascii():
         out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
         out += [_finding(text, *m.span()) for m in _MARKUP_OTHER.finditer(lower)]
     out += [_finding(text, *span) for span in scan_languages(lower, words or ascii_words(lower))]
     return out
-
-
-def _ascii_words(lower: str) -> set[bytes] | None:
-    """The words (runs of letters) of ASCII text; None for other text."""
-    if not lower.isascii():
-        return None
-    return set(lower.encode("ascii").translate(_NON_LETTERS_TO_SPACE).split())
 
 
 def _triggers_to_search(words: set[bytes] | None) -> Iterable[str]:

@@ -27,7 +27,8 @@ messages).
 
 Speed: phrases are searched only in windows around anchor words of the lower-cased text
 (`ignor`, `disregard`, `forget`, `instruction`, `prompt`, ` now`, `restrict`, `overrid`,
-`guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed; markup
+`guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed
+(in ASCII text an anchor is looked for only if the text's distinct words hold it); markup
 patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are looked for only
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
 (`_views.normalise`: invisible characters dropped, NFKC, accents and combining marks
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from urllib.parse import unquote_plus
 
 from aap_server.guardian.detectors._views import TextViews
@@ -152,10 +154,25 @@ def _override_matches(lower: str, start: int, end: int) -> list[re.Match[str]]:
     return out
 
 
+_ANCHOR_BYTES = tuple((anchor, anchor.encode("ascii")) for anchor in _ANCHORS)
+
+
+def _present_anchors(v: TextViews) -> Iterable[str]:
+    """The anchors that occur in the text, or may: in ASCII text an anchor (letters, or a space
+    and letters) lies inside one word, so the text's distinct words (`TextViews.words`), joined
+    by spaces, hold every anchor the text holds; far shorter than the text, they are searched
+    instead of it (where a word set is not at hand, all anchors)."""
+    words = v.words
+    if words is None:
+        return _ANCHORS
+    joined = b" " + b" ".join(words)
+    return [anchor for anchor, encoded in _ANCHOR_BYTES if encoded in joined]
+
+
 def _overrides(v: TextViews) -> list[Finding]:
     text, lower = v.text, v.lower
     windows: list[tuple[int, int]] = []
-    for anchor in _ANCHORS:
+    for anchor in _present_anchors(v):
         pos = lower.find(anchor)
         while pos != -1:
             windows.append((max(0, pos - _WINDOW_BEFORE), pos + _WINDOW_AFTER))

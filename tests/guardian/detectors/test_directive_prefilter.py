@@ -66,7 +66,7 @@ def test_prefilter_finds_what_every_trigger_finds() -> None:
 
 
 def test_prose_without_trigger_or_task_words_is_not_searched() -> None:
-    words = directives._ascii_words(PROSE.lower())
+    words = TextViews(PROSE).words
     assert list(directives._triggers_to_search(words)) == []
     assert not directives._may_hold_task(words)
     assert _found(PROSE) == []

@@ -1,0 +1,156 @@
+"""The guardian's fast paths find exactly what the plain way finds: each is checked against
+the straightforward computation it replaces, on random texts built from the pieces that
+matter to it (separators, the characters it looks for, other scripts)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from aap_server.guardian import provenance
+from aap_server.guardian.detectors import directives, injection, pii, secret_formats
+from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.fingerprints import Prints
+from aap_server.guardian.provenance import _HAS_VALUE_CHAR, _value_words, words_of
+
+
+def _texts(pieces: list[str], count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(count)]
+
+
+def test_value_words_are_the_words_with_a_value_character(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(provenance, "_SPLIT_WHOLE_BELOW", 0)  # short texts too
+    pieces = ["a", "b.c", "end.", ".x", "1", "@", "/", " ", "\n", "\t", "\x1c", "\x0b", "..",
+              ".", "x", "ab", ",", '"', "é", "\u00a0"]  # fmt: skip
+    checked = 0
+    for text in _texts(pieces, 5000, 1):
+        lower = text.lower()
+        found = _value_words(lower)
+        if found is None:
+            assert not lower.isascii()
+            continue
+        assert found == set(filter(_HAS_VALUE_CHAR.search, set(lower.split()))), text
+        checked += 1
+    assert checked > 1000
+
+
+def test_words_of_values_only_is_what_splitting_the_whole_text_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = [
+        "Send 9731 to NL91ABNA0417164300 now. See https://ex.ample/x and bob@ex.ample.org.",
+        '[{"id":"ord_000001","total":13.7,"at":"2024-05-02T10:30:00Z"}]',
+        "the plan. the team. v1.2.3 end.",
+    ]
+    fast = [sorted(words_of(text, True)) for text in texts]
+    monkeypatch.setattr("aap_server.guardian.provenance._value_words", lambda lower: None)
+    assert fast == [sorted(words_of(text, True)) for text in texts]
+    assert all(fast)
+
+
+def _words_plainly(text: str, values_only: bool) -> set[int]:
+    """`words_of` as first written: every distinct word stripped, split and hashed."""
+    lowered = text.lower()
+    words = [w for w in set(lowered.split()) if not values_only or _HAS_VALUE_CHAR.search(w)]
+    distinct: set[str] = set()
+    for word in words:
+        word = word.strip(provenance._STRIP)
+        distinct.update(part.strip(provenance._STRIP) for part in _INNER.split(word))
+    prints = {provenance._print(provenance._normal(w)) for w in distinct if len(w) >= 3}
+    hosts = provenance._URL_HOST.findall(lowered) if "://" in text else []
+    return prints | {provenance._print(host) for _, host in hosts}
+
+
+_INNER = provenance._INNER_DELIMITER
+
+
+def test_words_of_gives_the_prints_of_each_distinct_word() -> None:
+    pieces = ["Bob", "45.50", "45.5", '"a","b"', "mailto:x@ex.org", "https://Ex.org/p", " ",
+              "\n", ",", ".", "ab", "x.y", "1", "(", ")", "é"]  # fmt: skip
+    for text in _texts(pieces, 3000, 5):
+        for values_only in (False, True):
+            assert set(words_of(text, values_only)) == _words_plainly(text, values_only), text
+
+
+def _operators_plainly(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in secret_formats._ASSIGN_OP.finditer(text)]
+
+
+@pytest.mark.parametrize("repeat", [1, 8])  # few operators (found one by one) and many
+@pytest.mark.parametrize("padding", ["", "word " * 60])
+def test_assignment_operators_are_those_a_search_finds(padding: str, repeat: int) -> None:
+    pieces = ["=", ":", "==", ":=", "=>", " ", "\t", '"', "'", "abcdefgh", "token", "Bearer ",
+              "x", "12345678", "\n", "::"]  # fmt: skip
+    for text in _texts(pieces, 3000, 2):
+        text = (padding + text + padding) * repeat
+        assert [m.span() for m in secret_formats._operators(text)] == _operators_plainly(text)
+
+
+def _overrides_plainly(text: str) -> list[tuple[int, int]]:
+    """Every override phrase, searched in the whole text (no anchors, no windows)."""
+    lower = TextViews(text).normal.lower
+    return [m.span() for m in injection._override_matches(lower, 0, len(lower))]
+
+
+def test_override_anchors_miss_no_phrase_the_anchors_lead_to() -> None:
+    pieces = ["ignore", "all", "previous", "instructions", "you are now", "DAN", "system prompt:",
+              "ignore all previous instructions", "system",
+              "prompt:", "disregard", "the above", "reveal", "your", "restrictions", "ai",
+              "unrestricted", " ", " ", "\n", ".", ",", "now", "Ign", "ore", "forget",
+              "everything", "é"]  # fmt: skip
+    found = 0
+    for text in _texts(pieces, 3000, 3):
+        views = TextViews(text).normal
+        spans = [(f.start, f.end) for f in injection._overrides(views)]
+        expected = _overrides_plainly(text)
+        # The anchors' windows find every phrase the whole-text search finds that has an
+        # anchor; each text here is short enough for one window.
+        assert spans == expected, text
+        found += bool(spans)
+    assert found > 100
+
+
+def test_prints_added_at_once_are_those_added_one_by_one() -> None:
+    rng = random.Random(4)
+    for _ in range(2000):
+        limit = rng.randint(1, 12)
+        one_by_one, at_once = Prints(limit), Prints(limit)
+        for _ in range(rng.randint(1, 6)):
+            values = [rng.randint(0, 20) for _ in range(rng.randint(0, 25))]
+            new = False
+            for value in values:
+                new |= one_by_one.add(value)
+            assert at_once.add_all(iter(values)) == new
+            assert at_once.values() == one_by_one.values()
+            assert at_once.saturated == one_by_one.saturated
+            if rng.random() < 0.3:
+                assert at_once.take_touched() == one_by_one.take_touched()
+
+
+@pytest.mark.parametrize(
+    ("shape", "least_digits"),
+    [(pii._CARD_SHAPE, 12), (pii._SSN_SHAPE, 9), (pii._IPV4_SHAPE, 4)],
+)
+def test_a_pii_shape_holds_the_digits_its_gate_asks_for(
+    shape: re.Pattern[bytes], least_digits: int
+) -> None:
+    """`pii._scan` skips a shape in text with fewer digits than it can match: none does."""
+    rng = random.Random(6)
+    matched = 0
+    for _ in range(20000):
+        text = bytes(rng.choice(b"00000 -.A") for _ in range(rng.randint(0, 30)))
+        for m in shape.finditer(text):
+            assert m.group().count(b"0") >= least_digits, text
+            matched += 1
+    assert matched > 20
+
+
+def test_every_markup_match_starts_with_the_character_it_is_gated_on() -> None:
+    for lead, pattern in directives._MARKUP_BY_LEAD:
+        assert pattern.pattern.lstrip("\\").startswith(lead), pattern.pattern
+        assert not re.match(r"[(?|*+]", pattern.pattern.lstrip("\\")[1:2] or "x")
