@@ -322,7 +322,9 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def commit(self, session_id: str, write: StepWrite) -> None:
         """Apply one step's writes atomically (all or nothing). LeaseLostError (nothing
-        written) when `turn_fence` names this session and its turn's lease is gone."""
+        written) when `turn_fence` names this session and its turn's lease is gone. Adds
+        exactly one to the session's version (see `claim_turn`) per write stored, also when
+        a backend stores several writes in one transaction: a process counts its own."""
 
     @abc.abstractmethod
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
