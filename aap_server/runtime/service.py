@@ -354,6 +354,9 @@ class AapService:
                     self.sessions.drop(session_id)
                     try:
                         await self._close_interrupted(session_id, current.pending)
+                    except BaseException:  # cut short: its write may still be landing
+                        await self.store.writes_settled()
+                        raise
                     finally:
                         turn_fence.reset(fence)
             finally:
@@ -391,7 +394,10 @@ class AapService:
             # A session kept in memory is not read again: the quota check its read would
             # have made is made in the lease's transaction instead.
             claim = await self.leases.claim(
-                session_id, turn.turn_id, principal.owner, check_quota=session_id in self.sessions
+                session_id,
+                turn.turn_id,
+                principal.owner,
+                check_quota=self.sessions.kept_for(session_id, principal.owner),
             )
             if claim.holder is not None:
                 await self._record(principal, session_id)  # not yours: 404, busy or not
@@ -443,7 +449,9 @@ class AapService:
             if fence is not None:
                 turn_fence.reset(fence)
             if not running:  # refused, or nothing to run
-                if kept is not None and (run is None or not (run.committed or run.write_failed)):
+                if run is not None and run.write_failed:
+                    await self.store.writes_settled()  # see _finish
+                elif kept is not None and (run is None or not run.committed):
                     self.sessions.put(session_id, kept)  # nothing written: still the session
                 await self._end_turn(principal, session_id, turn.turn_id)
         self._tasks.add(task)
@@ -570,6 +578,8 @@ class AapService:
             logger.warning("turn %s timed out", turn.turn_id)
         finally:
             try:
+                if run.write_failed:  # cut short (a timeout): its write may still be landing
+                    await self.store.writes_settled()
                 # Before the lock goes: the next turn here finds what this one left.
                 self._keep(run, kept, completed)
                 await self._end_turn(principal, run.session_id, turn.turn_id)

@@ -146,6 +146,11 @@ class SessionCache:
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._entries
 
+    def kept_for(self, session_id: str, owner: str) -> bool:
+        """Whether `owner`'s session is kept (another owner's is not theirs to be told of)."""
+        entry = self._entries.get(session_id)
+        return entry is not None and entry.record.owner == owner
+
     def get(self, session_id: str) -> CachedSession | None:
         """The entry kept for the session, if any (as it is, not taken: for inspection)."""
         return self._entries.get(session_id)

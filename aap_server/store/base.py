@@ -326,6 +326,13 @@ class SessionStore(abc.ABC):
         exactly one to the session's version (see `claim_turn`) per write stored, also when
         a backend stores several writes in one transaction: a process counts its own."""
 
+    async def writes_settled(self) -> None:
+        """Return once every write issued before has been stored or refused, including one
+        whose caller was cancelled: a turn cut short frees its session only after this, so
+        a write it handed over cannot land under the next turn. Here: a backend that rolls
+        a cancelled write back before the call returns."""
+        return None
+
     @abc.abstractmethod
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         """A chain's audit entries (a session id, or `caller_chain(owner)`), oldest first,

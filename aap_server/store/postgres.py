@@ -303,7 +303,7 @@ _CLAIM_LEASE = (
     "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
     "expires_at = excluded.expires_at, owner = excluded.owner "
     "WHERE l.expires_at <= now() "
-    "RETURNING l.turn_id, (SELECT version FROM sessions WHERE session_id = $1)"
+    "RETURNING l.turn_id"
 )
 _LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = $1 AND expires_at > now()"
 _RENEW_LEASE = (
@@ -951,15 +951,15 @@ class PostgresSessionStore(SessionStore):
 
         async def take(conn: Connection) -> TurnClaim:
             lease = await conn.fetchrow(_CLAIM_LEASE, session_id, turn_id, ttl_seconds, owner)
-            version: int | None
-            if lease is not None:
-                version = lease[1]
-            else:
+            if lease is None:
                 holder: str | None = await conn.fetchval(_LEASE_HOLDER, session_id)
                 if holder != turn_id:  # else an earlier try of this very call took it
                     # Released between the two statements: report it held; the client retries.
                     return TurnClaim(holder=holder or "(finishing)", shared=True)
-                version = await conn.fetchval(_SESSION_VERSION, session_id)
+            # Read by a statement of its own: the claim may have waited for a lapsed turn's
+            # fenced commit, and its own snapshot (READ COMMITTED: the statement's start)
+            # would miss the version that commit left.
+            version: int | None = await conn.fetchval(_SESSION_VERSION, session_id)
             if max_turns:
                 # Then count the owner's other live leases under its usage row's lock
                 # (in this order, as a step's commit takes them: no deadlock), so

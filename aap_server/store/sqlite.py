@@ -815,6 +815,10 @@ class SqliteSessionStore(SessionStore):
         self._committed()
         return cast("_T", result)
 
+    async def writes_settled(self) -> None:
+        # A cancelled caller's write still commits; an empty write queues behind it.
+        await self._write(lambda conn: None)
+
     def _wrote(self, db: aiosqlite.Connection, conn: sqlite3.Connection) -> None:
         """A write transaction returned: the writes queued meanwhile go next, as a group."""
         if self._queued:

@@ -4,6 +4,8 @@ and what it starts from is exactly what the store would have given it."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -296,3 +298,69 @@ async def test_a_turn_refused_before_it_wrote_anything_keeps_the_session(tmp_pat
         await assert_kept_as_stored(h, session_id)
         assert (await run_turn(h, session_id, "again")).stop == "end_turn"
         assert service.sessions.hits == 2
+
+
+async def _hold_writer(store: SqliteSessionStore, gate: threading.Event) -> asyncio.Task[object]:
+    """A write transaction that stays on the writer thread until `gate` is set (a slow disk)."""
+    on_thread = threading.Event()
+    task = asyncio.create_task(store._write(lambda conn: (on_thread.set(), gate.wait(30))))
+    await asyncio.to_thread(on_thread.wait, 10)
+    return task
+
+
+async def test_a_timed_out_turn_frees_its_session_only_once_its_write_has_landed(
+    tmp_path: Path,
+) -> None:
+    """A turn that times out while its step's write waits behind a slow transaction: the
+    write still lands, so the session stays busy until it has, and the next turn (and the
+    copy kept after it) has the step. Found by review: the session was freed at once, the
+    next turn read it without the step, and the copy kept in memory missed it for good."""
+    async with served(tmp_path, turn_timeout_seconds=0.5) as h:
+        service = service_of(h)
+        store = service.store
+        assert isinstance(store, SqliteSessionStore)
+        session_id = await create_session(h, agent="history")
+        assert (await say(h, session_id, "one")).startswith("history=one")
+        gate = threading.Event()
+        held = await _hold_writer(store, gate)
+        url = f"/sessions/{session_id}/turns"
+        two = asyncio.create_task(
+            h.client.post(url, json={"messages": [{"role": "user", "content": "two"}]})
+        )
+        await asyncio.sleep(1.0)  # past the turn's timeout; its write is still queued
+        busy = await h.client.post(url, json={"messages": [{"role": "user", "content": "x"}]})
+        assert_error(busy, 409, "turn_in_progress")
+        gate.set()
+        await held
+        answer = await two
+        assert answer.json()["stopReason"] == "error", answer.text
+        assert (await say(h, session_id, "three")).startswith("history=one|two|three")
+        assert (await say(h, session_id, "four")).startswith("history=one|two|three|four")
+        await assert_kept_as_stored(h, session_id)
+
+
+async def test_another_owners_kept_session_is_404_to_a_principal_at_its_quota(
+    tmp_path: Path,
+) -> None:
+    """Found by review: the quota was checked before the owner, so a principal at its quota
+    got 429 for another owner's session kept in memory (and 404 otherwise): telling it the
+    session exists."""
+    async with served(tmp_path, max_stored_bytes=20_000) as h:
+        alice_session = await create_session(h, agent="history")
+        await say(h, alice_session, "hello")
+        assert alice_session in service_of(h).sessions
+        bob = {"Authorization": "Bearer key-bob"}
+        created = await h.client.post("/sessions", json={"agent": {"name": "history"}}, headers=bob)
+        bob_session = created.json()["sessionId"]
+        long = {"messages": [{"role": "user", "content": "x" * 4000}]}
+        for _ in range(20):  # bob fills his quota
+            filled = await h.client.post(f"/sessions/{bob_session}/turns", json=long, headers=bob)
+            if filled.status_code == 429:
+                break
+        assert_error(filled, 429, "quota_exceeded")
+        probe = await h.client.post(
+            f"/sessions/{alice_session}/turns",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+            headers=bob,
+        )
+        assert_error(probe, 404, "session_not_found")

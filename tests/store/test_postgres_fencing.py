@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
 from aap_server.store import (
@@ -18,7 +19,7 @@ from aap_server.store import (
     TurnInProgressError,
     turn_fence,
 )
-from aap_server.store.postgres import PostgresSessionStore, PostgresSettings
+from aap_server.store.postgres import _FENCE, PostgresSessionStore, PostgresSettings
 
 from ..postgres_cluster import PostgresCluster
 from .helpers import assistant, new_record, texts, user
@@ -166,3 +167,36 @@ async def test_concurrent_turns_per_principal_hold_across_replicas(
     assert await take(running[1])
     await asyncio.sleep(0.5)
     assert await take(running[0])
+
+
+async def test_a_claim_waiting_on_a_lapsed_turns_commit_reads_the_version_it_left(
+    postgres_cluster: PostgresCluster,
+) -> None:
+    """A turn's fenced commit holds its lease row while it commits; a claim made once the
+    lease lapsed waits for it, and must then see the version that commit left (a process
+    keeping the session in memory compares it with its own, runtime/session_cache.py)."""
+    dsn = postgres_cluster.new_database()
+    store = PostgresSessionStore(PostgresSettings(dsn=dsn))
+    await store.open()
+    committing = await asyncpg.connect(dsn)
+    try:
+        record = new_record()
+        await store.create_session(record, [])
+        session_id = record.session_id
+        assert await store.take_turn(session_id, "turn_a", 0.3) is None
+        transaction = committing.transaction()
+        await transaction.start()  # turn_a's step: the fence, then its rows
+        assert await committing.fetchval(_FENCE, session_id) == "turn_a"
+        await asyncio.sleep(0.5)  # the lease lapses while the commit is under way
+        claim = asyncio.create_task(store.claim_turn(session_id, "turn_b", 30, owner="alice"))
+        await asyncio.sleep(0.3)
+        assert not claim.done()  # it waits for the commit's lock on the lease row
+        await committing.execute(
+            "UPDATE sessions SET version = version + 1 WHERE session_id = $1", session_id
+        )
+        await transaction.commit()
+        claimed = await claim
+        assert (claimed.holder, claimed.version) == (None, 1)
+    finally:
+        await committing.close()
+        await store.close()
