@@ -154,3 +154,48 @@ def test_every_markup_match_starts_with_the_character_it_is_gated_on() -> None:
     for lead, pattern in directives._MARKUP_BY_LEAD:
         assert pattern.pattern.lstrip("\\").startswith(lead), pattern.pattern
         assert not re.match(r"[(?|*+]", pattern.pattern.lstrip("\\")[1:2] or "x")
+
+
+def _regrouped(digits: str, rng: random.Random) -> str:
+    """`digits` written in random groups with one of the separators people use."""
+    separator = rng.choice([" ", "-", ".", "/"])
+    out, at = [], 0
+    while at < len(digits):
+        size = rng.randint(1, 5)
+        out.append(digits[at : at + size])
+        at += size
+    return separator.join(out)
+
+
+def test_phone_regions_tried_by_last_group_give_the_verdict_of_trying_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`_phone_valid` tries a number without `+` only in the regions whose national format
+    can end with a group as long as its last one: the verdict is that of trying them all."""
+    import phonenumbers
+
+    rng = random.Random(8)
+    candidates: list[str] = []
+    for region in pii.PHONE_REGIONS:
+        for kind in (phonenumbers.PhoneNumberType.FIXED_LINE, phonenumbers.PhoneNumberType.MOBILE):
+            number = phonenumbers.example_number_for_type(region, kind)
+            if number is None:
+                continue
+            written = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.NATIONAL)
+            digits = "".join(pii._groups(written))
+            candidates.append(written)
+            candidates += [_regrouped(digits, rng) for _ in range(40)]
+    candidates += [_regrouped(str(rng.randint(10**6, 10**13)), rng) for _ in range(1500)]
+    candidates += [f"{rng.randint(10**5, 10**8)}.{rng.randint(0, 99)}" for _ in range(300)]
+
+    def verdicts() -> list[bool]:
+        pii._PHONE_VERDICTS.clear()
+        return [pii._phone_valid(c, False, [len(candidates)]) for c in candidates]
+
+    pruned = verdicts()
+    assert not pii._regions_ending_in(1)  # a last group of one digit: no region tried
+    monkeypatch.setattr(pii, "_regions_ending_in", lambda size: pii.PHONE_REGIONS)
+    plain = verdicts()
+    pii._PHONE_VERDICTS.clear()
+    assert pruned == plain
+    assert sum(plain) > 100  # real numbers among them, found both ways

@@ -39,6 +39,7 @@ import ipaddress
 import re
 
 import phonenumbers
+from phonenumbers.phonemetadata import PhoneMetadata
 
 from aap_server.guardian.detectors._spans import Backwards
 from aap_server.guardian.detectors._views import TextViews
@@ -204,7 +205,8 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
         except phonenumbers.NumberParseException:
             verdict = False
     elif len(groups) > 1 or cued:
-        for region in PHONE_REGIONS:
+        regions = PHONE_REGIONS if cued else _regions_ending_in(len(groups[-1]))
+        for region in regions:
             try:
                 number = phonenumbers.parse(candidate, region)
             except phonenumbers.NumberParseException:
@@ -221,6 +223,55 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
     if len(_PHONE_VERDICTS) < _PHONE_CACHE_SIZE:
         _PHONE_VERDICTS[candidate if not cued else "\0" + candidate] = verdict
     return verdict
+
+
+def _last_group_lengths(region: str) -> set[int] | None:
+    """The lengths the last digit group of a national number `format_number` writes for
+    `region` can have, or None where the metadata does not say (any length then). A group
+    written as a whole significant number (no format applies, or a one-group format) is as
+    long as the number; with a break in it, the last group is the format's last one."""
+    code = phonenumbers.country_code_for_region(region)
+    metadata = PhoneMetadata.metadata_for_region(phonenumbers.region_code_for_country_code(code))
+    if metadata is None or metadata.general_desc is None:
+        return None
+    possible = [n for n in metadata.general_desc.possible_length or () if n > 0]
+    if not possible:
+        return None
+    lengths = set(range(min(possible), _MAX_PHONE_DIGITS + 1))
+    for each in metadata.number_format:
+        last = _LAST_FORMAT_GROUP.search(each.pattern or "")
+        if last is None or _GLUED_LAST_GROUP.search(each.format or ""):
+            return None  # a pattern or a glued format this reading does not know
+        low = int(last.group(1) or 1)
+        high = int(last.group(3) or last.group(1) or 1) if last.group(2) else low
+        lengths.update(range(low, high + 1))
+    return lengths
+
+
+# The last group of a format's pattern: `(\d)`, `(\d{4})`, `(\d{3,4})` at its end.
+_LAST_FORMAT_GROUP = re.compile(r"\(\\d(?:\{(\d+)(,)?(\d+)?\})?\)$")
+# A format that writes its last two groups as one (`\\2\\3`).
+_GLUED_LAST_GROUP = re.compile(r"\\\d\\\d$")
+_MAX_PHONE_DIGITS = 15
+
+
+def _regions_by_last_group() -> dict[int, tuple[str, ...]]:
+    """For each length of a written last digit group, the regions (in `PHONE_REGIONS` order)
+    whose national numbers can end with a group that long: a number written as `123300.0`
+    (a last group of one digit) is grouped as no region writes its numbers, so no region's
+    number plan is tried for it (`_grouped_as_written` could not hold)."""
+    lengths = {region: _last_group_lengths(region) for region in PHONE_REGIONS}
+    return {
+        size: tuple(r for r in PHONE_REGIONS if lengths[r] is None or size in lengths[r])  # type: ignore[operator]
+        for size in range(1, _MAX_PHONE_DIGITS + 1)
+    }
+
+
+def _regions_ending_in(size: int) -> tuple[str, ...]:
+    return _REGIONS_BY_LAST_GROUP.get(size, PHONE_REGIONS)
+
+
+_REGIONS_BY_LAST_GROUP = _regions_by_last_group()
 
 
 def _phones(v: TextViews) -> list[Finding]:
