@@ -13,7 +13,8 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
   number is`, not `card number`), any grouping and a bare run (`13812345678`). Never a bare run
   otherwise (timestamps, ids, order numbers), a date, a run mixing dots with other separators,
   or the tail of a longer grouped code (`BE71 0961 2345 6760`). At most `MAX_PHONE_CHECKS`
-  new numbers are checked per text; past that, phone-shaped runs count as phone numbers.
+  new numbers are checked per text; past that, phone-shaped runs count as phone numbers
+  (a run whose last group no region's format ends with, `123300.0`, needs no check).
 - `pii.card`: 12-19 digits, contiguous or in 4-4-4(-4)(-3) / 4-6-5 / 4-6-4 groups, with a
   prefix and length some brand issues (`_BRANDS`: Visa, Mastercard, Amex, Diners, JCB, UATP,
   Discover, UnionPay, RuPay, Mir, Dankort, Maestro, Troy, …) and a valid Luhn digit. A
@@ -194,10 +195,17 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
     known = _PHONE_VERDICTS.get(candidate if not cued else "\0" + candidate)
     if known is not None:
         return known
+    groups = _groups(candidate)
+    regions: tuple[str, ...] = PHONE_REGIONS
+    if not candidate.startswith("+") and not (cued and len(groups[-1]) > 1):
+        # Only grouped as a region writes its numbers: no region can end with a group of
+        # one digit (`123300.0`), and that takes no check (and none of the text's budget).
+        regions = _regions_ending_in(len(groups[-1]))
+        if not regions:
+            return False
     if budget[0] <= 0:
         return True
     budget[0] -= 1
-    groups = _groups(candidate)
     verdict = False
     if candidate.startswith("+"):
         try:
@@ -205,7 +213,6 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
         except phonenumbers.NumberParseException:
             verdict = False
     elif len(groups) > 1 or cued:
-        regions = PHONE_REGIONS if cued else _regions_ending_in(len(groups[-1]))
         for region in regions:
             try:
                 number = phonenumbers.parse(candidate, region)
@@ -280,8 +287,12 @@ def _phones(v: TextViews) -> list[Finding]:
     budget = [MAX_PHONE_CHECKS]
     for cand in _PHONE_RUN.finditer(shape):
         start, end = cand.span()
+        if _glued_after(shape, end, b".-/"):
+            continue  # part of a word or a longer number (`2024-05-17T10`): none from here
+        if shape[end - 2] != _DIGIT and 0x2B not in shape[max(0, start - 3) : start]:
+            continue  # no `+` and a last group of one digit: no region writes that (above)
         found = _phone_at(v, start, end, budget)
-        if found is None and not _glued_after(shape, end, b".-/"):
+        if found is None:
             # A number after other digits (`SD 20241 440-600-5124`): tried from each later
             # group (a handful per run, each verdict cached).
             for group in _DIGITS_AFTER_SEPARATOR.finditer(text, start, end):
