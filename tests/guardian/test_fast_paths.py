@@ -234,3 +234,55 @@ def test_phone_runs_skipped_early_hold_no_phone(monkeypatch: pytest.MonkeyPatch)
     pii._PHONE_VERDICTS.clear()
     assert fast == plain
     assert sum(map(len, plain)) > 500
+
+
+def test_a_name_that_names_a_credential_or_a_provider_passes_the_anchor_gate() -> None:
+    """`secret_formats._may_name_a_credential` is True for every name (and word before it)
+    whose facts name a credential or a provider: parts, camelCase and keywords spelled
+    across separators (`dd_api`, `DdApi`) included."""
+    rng = random.Random(10)
+    keywords = sorted({k for rules in secret_formats._KEYWORDS.values() for k, _ in rules})
+    words = sorted(secret_formats._CREDENTIAL_PARTS) + keywords + ["id", "name", "x", "9", "at"]
+    named = 0
+    for _ in range(20000):
+        parts = []
+        for _ in range(rng.randint(1, 4)):
+            word = rng.choice(words)
+            if len(word) > 3 and rng.random() < 0.3:  # a keyword split across parts
+                cut = rng.randint(1, len(word) - 1)
+                parts += [word[:cut], word[cut:]]
+            else:
+                parts.append(word)
+        parts = [p.capitalize() if rng.random() < 0.3 else p for p in parts]
+        parts = [p.upper() if rng.random() < 0.1 else p for p in parts]
+        name = "".join(p + rng.choice(["", "", "_", "-", ".", "\u00e9"]) for p in parts)
+        name = name.strip("_-.\u00e9") or "x"
+        before = rng.choice([None, "id", "heroku", "dd_api", "my", "Lob"])
+        facts = secret_formats._name_facts(name[::-1], before[::-1] if before else None)
+        if facts.rules or facts.strength:
+            named += 1
+            assert secret_formats._may_name_a_credential(f"{before or ''} {name}"), (before, name)
+    assert named > 5000
+
+
+def test_assignments_gated_by_anchors_are_those_found_reading_every_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pieces = ['"id":"ord_000001",', '"total":123300.0,', '"at":"2024-05-02T10:30:00Z",',
+              '"api_key":"Zx8Kq2Lm9Np4Rt7Vw1Yb",', "password=Hunter2Summer!", " ", "\n",
+              "heroku api: 0123abcd-4567-89ab-cdef-0123456789ab ", "dd_api=", "ddApiKey: ",
+              "a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6", "token: ", "Bearer ", "x=", "{", "}", ":",
+              "=", "name: plan ", "Lob", "key", "\u00e9"]  # fmt: skip
+    texts = _texts(pieces, 4000, 11)
+
+    def found(text: str) -> list[object]:
+        out: list[secret_formats.Finding] = []
+        secret_formats._assignments(text, out)
+        return out
+
+    gated = [found(text) for text in texts]
+    monkeypatch.setattr(secret_formats, "_ANCHOR_GATE_FROM", 10**9)
+    plain = [found(text) for text in texts]
+    assert gated == plain
+    assert sum(map(bool, plain)) > 1000
+    assert sum(text.count(":") + text.count("=") > 16 for text in texts) > 1000
