@@ -612,10 +612,13 @@ def _one_search(words: tuple[bytes, ...]) -> re.Pattern[bytes]:
     """A search for any of `words`, its alternatives grouped by first letter (one pass)."""
     by_first: dict[bytes, list[bytes]] = {}
     for word in words:
-        by_first.setdefault(word[:1], []).append(re.escape(word[1:]))
+        by_first.setdefault(word[:1], []).append(word[1:])
     return re.compile(
         b"|".join(
-            re.escape(first) + b"(?:" + b"|".join(sorted(rest, key=lambda alt: -len(alt))) + b")"
+            re.escape(first)
+            + b"(?:"
+            + b"|".join(re.escape(alt) for alt in sorted(rest, key=len, reverse=True))
+            + b")"
             for first, rest in sorted(by_first.items())
         )
     )
