@@ -286,3 +286,47 @@ def test_assignments_gated_by_anchors_are_those_found_reading_every_name(
     assert gated == plain
     assert sum(map(bool, plain)) > 1000
     assert sum(text.count(":") + text.count("=") > 16 for text in texts) > 1000
+
+
+def _token_prints_plainly(token: str) -> set[int]:
+    """`provenance._token_prints` as first written: split by the delimiter pattern, each
+    part stripped, normalised and hashed on its own."""
+    word = token.strip(provenance._STRIP)
+    parts = (
+        [part.strip(provenance._STRIP) for part in provenance._INNER_DELIMITER.split(word)]
+        if provenance._INNER_DELIMITER.search(word)
+        else [word]
+    )
+    return {
+        provenance._print(provenance._normal(part))
+        for part in parts
+        if len(part) >= provenance.MIN_VALUE_CHARS
+    }
+
+
+def test_a_words_parts_hashed_at_once_are_those_hashed_one_by_one() -> None:
+    """Compact JSON is one word of hundreds of parts: they are cut and hashed in batches
+    (ASCII by a translated split): the same fingerprints as part by part."""
+    pieces = ['"', "{", "}", ":", ",", "[", "]", "id", "ord_0001", "13.70", "45.50", "2024-05-01",
+              "t10:30:00z", "mailto:bob@ex.ample", ".", "-", "_", "=", "#", "abc", "é", "Ü",
+              "\u00a0", "x", "1", "0", "'", "(", ")", "*", "|", "`", "<", ">", ";", "!", "?",
+              "\ud800", "ǅ"]  # fmt: skip
+    rng = random.Random(12)
+    checked = 0
+    for _ in range(4000):
+        token = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 120))).lower()
+        token = "".join(token.split())  # a word: as `split` cuts them
+        for each in (token, token * (1 + provenance._TOKEN_KEPT_CHARS // max(len(token), 1))):
+            assert set(provenance._token_prints(each)) == _token_prints_plainly(each), each
+            checked += 1
+    assert checked == 8000
+
+
+def test_long_words_are_not_kept_in_the_word_cache() -> None:
+    """A compact JSON text is one word, seen once: keeping thousands would hold megabytes."""
+    provenance._kept_token_prints.cache_clear()
+    for n in range(50):
+        words_of(f'[{{"id":"ord_{n:06d}","total":{n}.5}}]' * 40, True)
+    assert provenance._kept_token_prints.cache_info().currsize == 0
+    words_of("ord_000001 13.5", True)
+    assert provenance._kept_token_prints.cache_info().currsize == 2
