@@ -267,10 +267,11 @@ def _regions_by_last_group() -> dict[int, tuple[str, ...]]:
     whose national numbers can end with a group that long: a number written as `123300.0`
     (a last group of one digit) is grouped as no region writes its numbers, so no region's
     number plan is tried for it (`_grouped_as_written` could not hold)."""
-    lengths = {region: _last_group_lengths(region) for region in PHONE_REGIONS}
+    any_length = set(range(1, _MAX_PHONE_DIGITS + 1))
+    lengths = {region: _last_group_lengths(region) or any_length for region in PHONE_REGIONS}
     return {
-        size: tuple(r for r in PHONE_REGIONS if lengths[r] is None or size in lengths[r])  # type: ignore[operator]
-        for size in range(1, _MAX_PHONE_DIGITS + 1)
+        size: tuple(region for region in PHONE_REGIONS if size in lengths[region])
+        for size in any_length
     }
 
 
