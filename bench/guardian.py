@@ -88,6 +88,8 @@ def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
             {"to": "team@example.com", "subject": "Plan", "body": prose(300, sample)},
         ),
         "tool result, 4 KB": steps.tool_call_result("call_1", prose(4096, sample), False),
+        # The typical tool result is JSON: numbers, ids and `"key": value` pairs.
+        "tool result, 4 KB JSON": steps.tool_call_result("call_1", json_text(sample), False),
         # The session now remembers untrusted text: a tool call's arguments are looked up
         # in that memory (`window_prints`), the common case after any untrusted read.
         "tool call after the result": steps.tool_call_request(
@@ -122,18 +124,23 @@ async def per_step(samples: int = 3000) -> None:
         print(f"{name:<26} {median:8.1f}µs {p99:8.1f}µs {decode:8.1f}µs {median / decode:6.1f}x")
 
 
+def json_text(reference: int | None = None) -> str:
+    """A 4 KB JSON tool result full of numbers and ids (sample `reference`'s ids are its own)."""
+    first = 0 if reference is None else reference * 60
+    rows = [
+        {"id": f"ord_{n:06d}", "total": n * 13.7, "at": f"2024-05-{n % 28 + 1:02d}T10:30:00Z"}
+        for n in range(first, first + 60)
+    ]
+    return msgspec.json.encode(rows).decode()[:4096]
+
+
 def detector_texts() -> dict[str, str]:
     """4 KB texts as steps carry them: prose, a JSON tool result full of numbers and ids, and
     text whose normalised view differs (no-break spaces, accents, a Cyrillic word)."""
-    rows = [
-        {"id": f"ord_{n:06d}", "total": n * 13.7, "at": f"2024-05-{n % 28 + 1:02d}T10:30:00Z"}
-        for n in range(60)
-    ]
-    json_text = msgspec.json.encode(rows).decode()[:4096]
     unicode_unit = "Caf\u00e9 \u00e0 10\u00a0h, r\u00e9union \u2014 \u043f\u043b\u0430\u043d Q3. "
     return {
         "prose, 4 KB": prose(4096),
-        "JSON tool result, 4 KB": json_text,
+        "JSON tool result, 4 KB": json_text(),
         "non-ASCII prose, 4 KB": (unicode_unit * (4096 // len(unicode_unit) + 1))[:4096],
     }
 

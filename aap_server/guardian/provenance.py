@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 import msgspec
 
 from aap_server import aos
-from aap_server.guardian.fingerprints import Prints, fingerprint
+from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 
 MAX_TRUSTED_PRINTS = 2048
 MAX_UNTRUSTED_PRINTS = 2048
@@ -127,18 +128,53 @@ def _value_words(lowered: str) -> set[str] | None:
 _TOKEN_PRINTS_KEPT = 16_384
 
 
-@functools.lru_cache(maxsize=_TOKEN_PRINTS_KEPT)
-def _token_prints(token: str) -> tuple[int, ...]:
+# Longer words (a whole compact JSON text is one) are not kept: each is seen once, and
+# thousands of them would hold megabytes.
+_TOKEN_KEPT_CHARS = 256
+
+
+def _token_prints(token: str) -> Collection[int]:
     """The fingerprints one word of a text (lower-cased, as `split` cut it) contributes: of
     its parts between inner delimiters (`"a","b"`: compact JSON and the like), edge
     punctuation off, normalised (`_normal`), each of at least `MIN_VALUE_CHARS`."""
+    if len(token) > _TOKEN_KEPT_CHARS:
+        return _parts_prints(token)
+    return _kept_token_prints(token)
+
+
+@functools.lru_cache(maxsize=_TOKEN_PRINTS_KEPT)
+def _kept_token_prints(token: str) -> Collection[int]:
+    return _parts_prints(token)
+
+
+def _parts_prints(token: str) -> Collection[int]:
     word = token.strip(_STRIP)
-    parts = (
-        [part.strip(_STRIP) for part in _INNER_DELIMITER.split(word)]
-        if _INNER_DELIMITER.search(word)
-        else [word]
+    if not _INNER_DELIMITER.search(word):
+        return (_print(_normal(word)),) if len(word) >= MIN_VALUE_CHARS else ()
+    # Each distinct part once (JSON repeats its keys and `:`), hashed in one batch.
+    if not word.isascii():
+        parts = set(map(str.strip, _INNER_DELIMITER.split(word), itertools.repeat(_STRIP)))
+        return fingerprints(
+            [
+                _normal(part).encode("utf-8", "surrogatepass")
+                for part in parts
+                if len(part) >= MIN_VALUE_CHARS
+            ]
+        )
+    # ASCII: the delimiters made one (a C-level split), and `_normal` needed only where a
+    # part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
+    cut = word.encode("ascii").translate(_DELIMITERS_AS_QUOTE).decode("ascii").split('"')
+    parts = set(map(str.strip, set(cut), itertools.repeat(_STRIP)))
+    return fingerprints(
+        [
+            (_normal(part) if "." in part or ":" in part else part).encode("ascii")
+            for part in parts
+            if len(part) >= MIN_VALUE_CHARS
+        ]
     )
-    return tuple(_print(_normal(part)) for part in parts if len(part) >= MIN_VALUE_CHARS)
+
+
+_DELIMITERS_AS_QUOTE = bytes.maketrans(_DELIMITERS.encode(), b'"' * len(_DELIMITERS))
 
 
 def words_of(text: str, values_only: bool) -> list[int]:

@@ -73,6 +73,12 @@ PATHOLOGICAL = {
     "tatweel": "\u0640ت",
     # Few assignment operators (found by `find`, not a search), each with a value.
     "sparse assignment operators": "word " * 40 + "api_key=abcdefgh12 ",
+    # JSON tool results (issue 8, Speed): keys and operators, amounts, dates.
+    "json pairs": '"a":1,',
+    "json credential pairs": '"token":"abcdef12345678",',
+    "amounts": "123300.0,",
+    "amounts with cents": '"12345.67",',
+    "dates": '"2024-05-17T10:30:00Z",',
 }
 
 # Units for the provenance words (`words_of`): value characters found one by one, and

@@ -101,7 +101,7 @@ async def test_a_steps_hashing_does_not_depend_on_the_sessions_past(
         for turn in range(past):
             result = steps(turn=f"turn_{turn}").tool_call_result("c1", _prose(4096, turn), False)
             await guardian.check(result)
-        provenance._token_prints.cache_clear()  # words seen before are not hashed again
+        provenance._kept_token_prints.cache_clear()  # words seen before are not hashed again
         hashes_taken[0] = 0
         last = steps(turn="turn_last").tool_call_result("c2", _prose(4096, 10**6), False)
         await guardian.check(last)

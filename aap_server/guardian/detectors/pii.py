@@ -13,7 +13,8 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
   number is`, not `card number`), any grouping and a bare run (`13812345678`). Never a bare run
   otherwise (timestamps, ids, order numbers), a date, a run mixing dots with other separators,
   or the tail of a longer grouped code (`BE71 0961 2345 6760`). At most `MAX_PHONE_CHECKS`
-  new numbers are checked per text; past that, phone-shaped runs count as phone numbers.
+  new numbers are checked per text; past that, phone-shaped runs count as phone numbers
+  (a run whose last group no region's format ends with, `123300.0`, needs no check).
 - `pii.card`: 12-19 digits, contiguous or in 4-4-4(-4)(-3) / 4-6-5 / 4-6-4 groups, with a
   prefix and length some brand issues (`_BRANDS`: Visa, Mastercard, Amex, Diners, JCB, UATP,
   Discover, UnionPay, RuPay, Mir, Dankort, Maestro, Troy, …) and a valid Luhn digit. A
@@ -39,6 +40,7 @@ import ipaddress
 import re
 
 import phonenumbers
+from phonenumbers.phonemetadata import PhoneMetadata
 
 from aap_server.guardian.detectors._spans import Backwards
 from aap_server.guardian.detectors._views import TextViews
@@ -193,10 +195,17 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
     known = _PHONE_VERDICTS.get(candidate if not cued else "\0" + candidate)
     if known is not None:
         return known
+    groups = _groups(candidate)
+    regions: tuple[str, ...] = PHONE_REGIONS
+    if not candidate.startswith("+") and not (cued and len(groups[-1]) > 1):
+        # Only grouped as a region writes its numbers: no region can end with a group of
+        # one digit (`123300.0`), and that takes no check (and none of the text's budget).
+        regions = _regions_ending_in(len(groups[-1]))
+        if not regions:
+            return False
     if budget[0] <= 0:
         return True
     budget[0] -= 1
-    groups = _groups(candidate)
     verdict = False
     if candidate.startswith("+"):
         try:
@@ -204,7 +213,7 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
         except phonenumbers.NumberParseException:
             verdict = False
     elif len(groups) > 1 or cued:
-        for region in PHONE_REGIONS:
+        for region in regions:
             try:
                 number = phonenumbers.parse(candidate, region)
             except phonenumbers.NumberParseException:
@@ -223,14 +232,68 @@ def _phone_valid(candidate: str, cued: bool, budget: list[int]) -> bool:
     return verdict
 
 
+def _last_group_lengths(region: str) -> set[int] | None:
+    """The lengths the last digit group of a national number `format_number` writes for
+    `region` can have, or None where the metadata does not say (any length then). A group
+    written as a whole significant number (no format applies, or a one-group format) is as
+    long as the number; with a break in it, the last group is the format's last one."""
+    code = phonenumbers.country_code_for_region(region)
+    metadata = PhoneMetadata.metadata_for_region(phonenumbers.region_code_for_country_code(code))
+    if metadata is None or metadata.general_desc is None:
+        return None
+    possible = [n for n in metadata.general_desc.possible_length or () if n > 0]
+    if not possible:
+        return None
+    lengths = set(range(min(possible), _MAX_PHONE_DIGITS + 1))
+    for each in metadata.number_format:
+        last = _LAST_FORMAT_GROUP.search(each.pattern or "")
+        if last is None or _GLUED_LAST_GROUP.search(each.format or ""):
+            return None  # a pattern or a glued format this reading does not know
+        low = int(last.group(1) or 1)
+        high = int(last.group(3) or last.group(1) or 1) if last.group(2) else low
+        lengths.update(range(low, high + 1))
+    return lengths
+
+
+# The last group of a format's pattern: `(\d)`, `(\d{4})`, `(\d{3,4})` at its end.
+_LAST_FORMAT_GROUP = re.compile(r"\(\\d(?:\{(\d+)(,)?(\d+)?\})?\)$")
+# A format that writes its last two groups as one (`\\2\\3`).
+_GLUED_LAST_GROUP = re.compile(r"\\\d\\\d$")
+_MAX_PHONE_DIGITS = 15
+
+
+def _regions_by_last_group() -> dict[int, tuple[str, ...]]:
+    """For each length of a written last digit group, the regions (in `PHONE_REGIONS` order)
+    whose national numbers can end with a group that long: a number written as `123300.0`
+    (a last group of one digit) is grouped as no region writes its numbers, so no region's
+    number plan is tried for it (`_grouped_as_written` could not hold)."""
+    any_length = set(range(1, _MAX_PHONE_DIGITS + 1))
+    lengths = {region: _last_group_lengths(region) or any_length for region in PHONE_REGIONS}
+    return {
+        size: tuple(region for region in PHONE_REGIONS if size in lengths[region])
+        for size in any_length
+    }
+
+
+def _regions_ending_in(size: int) -> tuple[str, ...]:
+    return _REGIONS_BY_LAST_GROUP.get(size, PHONE_REGIONS)
+
+
+_REGIONS_BY_LAST_GROUP = _regions_by_last_group()
+
+
 def _phones(v: TextViews) -> list[Finding]:
     text, shape = v.text, v.shape
     out: list[Finding] = []
     budget = [MAX_PHONE_CHECKS]
     for cand in _PHONE_RUN.finditer(shape):
         start, end = cand.span()
+        if _glued_after(shape, end, b".-/"):
+            continue  # part of a word or a longer number (`2024-05-17T10`): none from here
+        if shape[end - 2] != _DIGIT and 0x2B not in shape[max(0, start - 3) : start]:
+            continue  # no `+` and a last group of one digit: no region writes that (above)
         found = _phone_at(v, start, end, budget)
-        if found is None and not _glued_after(shape, end, b".-/"):
+        if found is None:
             # A number after other digits (`SD 20241 440-600-5124`): tried from each later
             # group (a handful per run, each verdict cached).
             for group in _DIGITS_AFTER_SEPARATOR.finditer(text, start, end):

@@ -600,9 +600,51 @@ def _operators(text: str) -> Iterator[re.Match[str]]:
         yield from _ASSIGN_OP.finditer(text, max(searched_to, min(rest)))
 
 
+def _name_anchors() -> tuple[bytes, ...]:
+    """Every credential part and provider keyword a name can hold, less those holding a
+    shorter one (`apikey` holds `key`)."""
+    words = _CREDENTIAL_PARTS | {k for rules in _KEYWORDS.values() for k, _ in rules}
+    kept = [w for w in words if not any(o != w and o in w for o in words)]
+    return tuple(sorted(w.encode() for w in kept))
+
+
+def _one_search(words: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """A search for any of `words`, its alternatives grouped by first letter (one pass)."""
+    by_first: dict[bytes, list[bytes]] = {}
+    for word in words:
+        by_first.setdefault(word[:1], []).append(word[1:])
+    return re.compile(
+        b"|".join(
+            re.escape(first)
+            + b"(?:"
+            + b"|".join(re.escape(alt) for alt in sorted(rest, key=len, reverse=True))
+            + b")"
+            for first, rest in sorted(by_first.items())
+        )
+    )
+
+
+_NAME_ANCHORS = _name_anchors()
+_ANY_NAME_ANCHOR = _one_search(_NAME_ANCHORS)
+_NOT_NAME_LETTERS = bytes(b for b in range(128) if not chr(b).isalnum())
+# With more operators than this, a text whose names cannot hold an anchor is not read at all.
+_ANCHOR_GATE_FROM = 16
+
+
+def _may_name_a_credential(text: str) -> bool:
+    """False when no name in the text can name a credential or a provider: a name's parts
+    (`_name_parts`) are its ASCII letters and digits, so every part, and every run of
+    adjacent parts a keyword is spelled from, is in the text's ASCII letters and digits
+    run together (lower-cased); if no anchor is there, no name has one."""
+    squeezed = text.encode("ascii", "ignore").lower().translate(None, _NOT_NAME_LETTERS)
+    return _ANY_NAME_ANCHOR.search(squeezed) is not None
+
+
 def _assignments(text: str, out: list[Finding]) -> None:
     if "=" not in text and ":" not in text:
         return
+    if text.count(":") + text.count("=") > _ANCHOR_GATE_FROM and not _may_name_a_credential(text):
+        return  # JSON rows of `"id": …`, `"total": …`: no name to read
     backwards = Backwards(text)
     length = len(text)
     reach = 0

@@ -122,3 +122,14 @@ def test_past_the_check_budget_phone_shaped_runs_count_as_phones() -> None:
     assert len(found(text, "pii.phone")) == 40
     within = "; ".join(f"ref {decoy}" for decoy in decoys[:MAX_PHONE_CHECKS])
     assert found(within, "pii.phone") == []
+
+
+def test_amounts_no_region_writes_take_none_of_the_check_budget() -> None:
+    # A JSON tool result of amounts (`123300.0`: a last group of one digit, which no number
+    # plan ends with) needs no check: past the budget they are not reported as phones, and
+    # a real number after them is still checked.
+    from aap_server.guardian.detectors.pii import MAX_PHONE_CHECKS
+
+    rows = ",".join(f'{{"total":{123300 + n}.0}}' for n in range(MAX_PHONE_CHECKS + 40))
+    assert found(f"[{rows}]", "pii.phone") == []
+    assert found(f"[{rows}] call (415) 555-0132", "pii.phone") == ["(415) 555-0132"]
