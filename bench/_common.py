@@ -69,6 +69,17 @@ def start_server(
     return process, base
 
 
+def stop_all(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Terminate every server at once, then wait for each (killed if it does not stop)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def p99(values: Sequence[float]) -> float:
     """The 99th percentile by nearest rank (the largest value of fewer than 100 samples' top
     percent)."""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import Connection
+from bench._common import Connection, stop_all
 from bench.throughput import (
     CLIENT_CPUS,
     KEY,
@@ -113,10 +113,7 @@ def main(arguments: argparse.Namespace) -> None:
                 measure(servers, arguments.rounds, arguments.seconds, arguments.concurrency)
             )
         finally:
-            for server in servers:
-                server.process.terminate()
-            for server in servers:
-                server.process.wait(timeout=30)
+            stop_all([server.process for server in servers])
 
 
 if __name__ == "__main__":

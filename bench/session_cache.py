@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import launch_server, wait_ready
+from bench._common import launch_server, stop_all, wait_ready
 from bench.throughput import (
     CLIENT_CPUS,
     KEY,
@@ -110,13 +109,7 @@ def main(arguments: argparse.Namespace) -> None:
                 servers.append(start(Path(tmp), *configuration))
             asyncio.run(measure(arguments, servers))
         finally:
-            for server in servers:
-                server.process.terminate()
-            for server in servers:
-                try:
-                    server.process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    server.process.kill()
+            stop_all([server.process for server in servers])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import stop_all
 from bench.throughput import (
     CLIENT_CPUS,
     SMALL,
@@ -95,10 +96,7 @@ def main(arguments: argparse.Namespace) -> None:
                 servers.append(start_aap(tmp / "against.db", source, f"@{arguments.against}"))
             asyncio.run(measure(arguments, servers))
         finally:
-            for server in servers:
-                server.process.terminate()
-            for server in servers:
-                server.process.wait(timeout=30)
+            stop_all([server.process for server in servers])
 
 
 if __name__ == "__main__":

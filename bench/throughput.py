@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import Connection, free_port, launch_server, p99, wait_ready
+from bench._common import Connection, free_port, launch_server, p99, stop_all, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "bench-key"
@@ -276,13 +276,7 @@ def main(arguments: argparse.Namespace) -> None:
             start_servers(arguments, Path(tmp), servers)
             asyncio.run(measure(arguments, servers))
         finally:
-            for server in servers:
-                server.process.terminate()
-            for server in servers:
-                try:
-                    server.process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    server.process.kill()
+            stop_all([server.process for server in servers])
 
 
 if __name__ == "__main__":

@@ -405,7 +405,10 @@ class SessionStore(abc.ABC):
         id of the turn (on some replica) that holds an unexpired lease. With `max_turns`,
         QuotaExceededError ("turns") when `owner` already holds that many leases on any
         replica (checked and taken atomically)."""
-        return None
+        claim = await self.claim_turn(
+            session_id, turn_id, ttl_seconds, owner=owner, max_turns=max_turns
+        )
+        return claim.holder
 
     @abc.abstractmethod
     async def claim_turn(

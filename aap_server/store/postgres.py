@@ -923,20 +923,6 @@ class PostgresSessionStore(SessionStore):
     # unknown: a take that did land finds its own turn holding the lease (taken, too), and
     # renewing or releasing twice changes nothing more.
 
-    async def take_turn(
-        self,
-        session_id: str,
-        turn_id: str,
-        ttl_seconds: float,
-        *,
-        owner: str = "",
-        max_turns: int = 0,
-    ) -> str | None:
-        claim = await self.claim_turn(
-            session_id, turn_id, ttl_seconds, owner=owner, max_turns=max_turns
-        )
-        return claim.holder
-
     async def claim_turn(
         self,
         session_id: str,

@@ -1119,20 +1119,6 @@ class SqliteSessionStore(SessionStore):
 
     # -- turn lease (only with `shared_leases`) ---------------------------------------------
 
-    async def take_turn(
-        self,
-        session_id: str,
-        turn_id: str,
-        ttl_seconds: float,
-        *,
-        owner: str = "",
-        max_turns: int = 0,
-    ) -> str | None:
-        claim = await self.claim_turn(
-            session_id, turn_id, ttl_seconds, owner=owner, max_turns=max_turns
-        )
-        return claim.holder
-
     async def claim_turn(
         self,
         session_id: str,
