@@ -5,11 +5,18 @@
 Times `commit` of one step (a user and an assistant message, to both histories) on a
 session with 10 messages of history and on one with 10,000, then the commit rate of
 sequential and of concurrent writers. Runs on a temporary file database (WAL).
+
+    python bench/store.py --sessions 1000000
+
+instead times a session's commit and its turn read (`load_turn`) in a database of 1,000
+sessions against one of that many, interleaved (cost must not grow with the session count).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -105,5 +112,63 @@ async def main() -> None:
             await store.close()
 
 
+async def open_with_sessions(path: Path, count: int) -> tuple[SqliteSessionStore, str]:
+    """A store holding `count` sessions (all but one written straight into the file, which
+    is what a long-lived server's table looks like to the indexes) and one to time."""
+    store = SqliteSessionStore(str(path))
+    await store.open()  # creates the schema
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        agent = b'{"name":"echo"}'
+        conn.executemany(
+            "INSERT INTO sessions (session_id, owner, agent, tools, pending, created_at)"
+            " VALUES (?, ?, ?, NULL, '[]', 0)",
+            ((new_id("sess_"), f"owner{i % 1000}", agent) for i in range(count - 1)),
+        )
+    store = SqliteSessionStore(str(path))
+    await store.open()
+    return store, await new_session(store, 10)
+
+
+async def time_turns(store: SqliteSessionStore, session_id: str, n: int) -> list[float]:
+    """A turn's store work without the session cache: its read, then its step (to the full
+    history only, so the compacted history the read returns stays 10 messages long)."""
+    timings = []
+    for i in range(n):
+        full = step(i)
+        start = time.perf_counter()
+        await store.load_turn(session_id, "bench")
+        await store.commit(session_id, StepWrite(full=full.full, state=full.state))
+        timings.append(time.perf_counter() - start)
+    return timings
+
+
+async def session_count(count: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        small, small_id = await open_with_sessions(Path(tmp) / "small.db", 1000)
+        large, large_id = await open_with_sessions(Path(tmp) / "large.db", count)
+        try:
+            await time_turns(small, small_id, 200)
+            await time_turns(large, large_id, 200)
+            small_t: list[float] = []
+            large_t: list[float] = []
+            for _ in range(10):
+                small_t += await time_turns(small, small_id, SAMPLES // 10)
+                large_t += await time_turns(large, large_id, SAMPLES // 10)
+            print(f"load_turn + commit of one step, {SAMPLES} samples each")
+            for label, timings in (("1,000 sessions", small_t), (f"{count:,} sessions", large_t)):
+                median = statistics.median(timings) * 1e6
+                p99 = statistics.quantiles(timings, n=100)[98] * 1e6
+                print(f"  {label:<20} median {median:7.1f} µs   p99 {p99:7.1f} µs")
+            ratio = statistics.median(large_t) / statistics.median(small_t)
+            print(f"  ratio large/small    {ratio:7.2f}x")
+        finally:
+            await small.close()
+            await large.close()
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sessions", type=int, help="compare 1,000 sessions with this many")
+    arguments = parser.parse_args()
+    asyncio.run(session_count(arguments.sessions) if arguments.sessions else main())
