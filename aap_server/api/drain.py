@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 import uvicorn
 from litestar import Request, Response
@@ -31,8 +31,6 @@ logger = logging.getLogger("aap_server")
 STREAM_FLUSH_SECONDS = 5.0
 """After the turns: how long open streams may take to send their last events."""
 RETRY_AFTER_SECONDS = 5
-
-_T = TypeVar("_T")
 
 
 class Drain:
@@ -54,12 +52,6 @@ class Drain:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STREAM_FLUSH_SECONDS):
                 await self._streams_closed.wait()
-
-    async def track(self, frames: AsyncIterator[_T]) -> AsyncIterator[_T]:
-        """`frames`, counted as an open stream until they end (or the client goes)."""
-        with self.stream_open():
-            async for frame in frames:
-                yield frame
 
     @contextlib.contextmanager
     def stream_open(self) -> Iterator[None]:

@@ -23,7 +23,7 @@ from aap_server.api.auth import (
 )
 from aap_server.api.meta import GetMetaResponse, meta_response
 from aap_server.api.openapi import ERROR_RESPONSES
-from aap_server.api.sse import EventStream, sse_frames
+from aap_server.api.sse import STREAM_HEADERS, TurnStream
 from aap_server.protocol import (
     GetAuditResponse,
     GetSessionHistoryResponse,
@@ -39,11 +39,9 @@ from aap_server.runtime import (
     AapService,
     InvalidRequestError,
     Principal,
-    delta_view,
-    message_view,
-    none_view,
 )
 from aap_server.runtime.limits import check_json_values
+from aap_server.runtime.views import delta_events, message_events, none_answer
 from aap_server.store import HistoryPage
 
 Caller = NamedDependency[Principal]
@@ -272,18 +270,19 @@ class SessionsController(Controller):
         principal: Caller,
         session_id: SessionId,
         data: JSONBody[PostSessionTurnRequest],
-    ) -> EventStream:
+    ) -> TurnStream:
         """Runs one turn. `stream: "none"` (default) answers JSON when the turn ends; `delta` and
         `message` answer `text/event-stream` at once."""
         service = _service(request)
         turn = await service.start_turn(principal, session_id, data)
         if turn.mode == "none":
             # A Litestar Response: JSON, encoded by msgspec (the annotation covers SSE only).
-            return Response(await none_view(turn.events()))  # type: ignore[return-value]
-        view = delta_view if turn.mode == "delta" else message_view
+            return Response(await none_answer(turn.queue))  # type: ignore[return-value]
         state = request.app.state
-        return EventStream(
-            state.drain.track(sse_frames(view(turn.events()))),
+        return TurnStream(  # as the lean route (api/turn_route.py) answers it
+            turn.queue,
+            delta_events if turn.mode == "delta" else message_events,
             ping_seconds=state.settings.sse_ping_seconds,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            counted=state.drain.stream_open,
+            headers=STREAM_HEADERS,
         )

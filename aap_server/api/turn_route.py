@@ -26,7 +26,7 @@ from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 from aap_server.api.auth import Authenticator
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS, send_response
-from aap_server.api.sse import TurnStream
+from aap_server.api.sse import STREAM_HEADERS, TurnStream
 from aap_server.config import Settings
 from aap_server.protocol import PostSessionTurnRequest
 from aap_server.runtime import AapService
@@ -36,7 +36,6 @@ from aap_server.runtime.views import delta_events, message_events, none_answer
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
 _TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
 _JSON = [(b"content-type", b"application/json")]
-_STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 _decoder = msgspec.json.Decoder(PostSessionTurnRequest)
 _encoder = msgspec.json.Encoder()
 
@@ -103,7 +102,7 @@ class TurnRoute:
             delta_events if turn.mode == "delta" else message_events,
             ping_seconds=self.settings.sse_ping_seconds,
             counted=self.drain.stream_open,
-            headers=_STREAM_HEADERS,
+            headers=STREAM_HEADERS,
         )
         await stream(scope, receive, send)
 

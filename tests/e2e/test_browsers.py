@@ -99,7 +99,7 @@ async def test_requests_from_an_allowed_origin_carry_allow_origin(cors: Harness)
     assert_error(unknown_path, 404)
     assert unknown_path.headers["access-control-allow-origin"] == PLAYGROUND
 
-    # A streamed turn (api/sse.EventStream, not a Litestar response) is marked too.
+    # A streamed turn (api/sse.TurnStream, not a Litestar response) is marked too.
     body = {"stream": "delta", "messages": [{"role": "user", "content": "hello"}]}
     async with cors.client.stream(
         "POST", f"/sessions/{session_id}/turns", json=body, headers=auth

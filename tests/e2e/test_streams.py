@@ -149,7 +149,7 @@ async def test_delta_text_reaches_the_client_before_the_model_finishes(tmp_path:
         assert deltas == ["first ", "second"]
 
 
-# DESIGN: SSE framed by api/sse.EventStream, `id:` per event (per-turn sequence)
+# DESIGN: SSE framed by api/sse.TurnStream, `id:` per event (per-turn sequence)
 async def test_sse_frames_carry_sequential_ids(h: Harness) -> None:
     session_id = await h.new_session()
     async with httpx_sse.aconnect_sse(
