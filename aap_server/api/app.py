@@ -29,7 +29,7 @@ from aap_server.api.errors import EXCEPTION_HANDLERS
 from aap_server.api.health import HealthCache, get_health
 from aap_server.api.memories import MemoriesController
 from aap_server.api.metrics import metrics_routes
-from aap_server.api.observability import ObservabilityMiddleware
+from aap_server.api.observability import Observability, ObservabilityMiddleware
 from aap_server.api.openapi import openapi_config
 from aap_server.api.routes import SessionsController, admit_new_work, get_meta
 from aap_server.api.turn_route import TurnRoute
@@ -292,7 +292,16 @@ def create_app(
             }
         ),
     )
-    # Ordinary turns skip Litestar's per-request work (api/turn_route.py).
+    if settings.base_path:
+        app.asgi_handler = BasePathMount(app.asgi_handler, settings.base_path)
+    if settings.cors_origins:
+        # In front of routing (a preflight needs no key, an unknown path's 404 is readable).
+        app.asgi_handler = CorsMiddleware(app.asgi_handler, settings.cors_origins)
+    # Every request gets an id, a log line and its metrics, preflights included.
+    observability = Observability(telemetry)
+    app.asgi_handler = ObservabilityMiddleware(app.asgi_handler, observability)
+    # Outermost: ordinary turns skip Litestar's per-request work and the middleware, and
+    # make the observability calls themselves (api/turn_route.py).
     app.asgi_handler = TurnRoute(
         app.asgi_handler,
         service=service,
@@ -300,12 +309,6 @@ def create_app(
         authenticator=app.state.authenticator,
         limits=principal_limits,
         drain=drain,
+        observability=observability,
     )
-    if settings.base_path:
-        app.asgi_handler = BasePathMount(app.asgi_handler, settings.base_path)
-    if settings.cors_origins:
-        # In front of routing (a preflight needs no key, an unknown path's 404 is readable).
-        app.asgi_handler = CorsMiddleware(app.asgi_handler, settings.cors_origins)
-    # Outermost: every request gets an id, a log line and its metrics, preflights included.
-    app.asgi_handler = ObservabilityMiddleware(app.asgi_handler, telemetry)
     return app

@@ -1,14 +1,20 @@
 """The outermost ASGI layer: a request id for every request (the client's `X-Request-ID` if it
 is sane, else a fresh one; echoed in the response), an access log line, the request metrics
-by route template, the open-streams gauge and, when tracing is on, the request's span."""
+by route template, the open-streams gauge and, when tracing is on, the request's span.
+
+`Observability` is that work as two calls, `begin` and `end`: the middleware wraps every
+request in them, and the lean turn route (api/turn_route.py), which sits in front of it,
+makes the same two calls around the turns it answers itself."""
 
 from __future__ import annotations
 
 import logging
 import time
+from contextvars import Token
+from typing import Any
 
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
 
 from aap_server.telemetry import (
     RequestContext,
@@ -27,36 +33,90 @@ UNROUTED = "unrouted"
 # Any token is a method to the HTTP server: others than these share one label value.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _MAX_LOGGED_PATH = 256
+_EVENT_STREAM = b"text/event-stream"
+
+
+class Observed:
+    """One request being answered: its id, the response header echoing it, its span."""
+
+    __slots__ = ("echoed", "method", "path", "request_id", "span", "span_token", "started", "token")
+
+    def __init__(self, scope: HTTPScope, started: float, request_id: str) -> None:
+        self.started = started
+        self.request_id = request_id
+        self.echoed = (b"x-request-id", request_id.encode("ascii"))
+        self.method: str = scope["method"]
+        # Still percent-encoded: a logged path cannot hold a line break or a quote.
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        self.path = path.split("?", 1)[0][:_MAX_LOGGED_PATH]  # the query may hold cursors
+        self.span: Any = None  # an OpenTelemetry span, when tracing is on
+        self.span_token: object = None
+        self.token: Token[RequestContext | None] | None = None
+
+
+class Observability:
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.telemetry = telemetry
+        self.metrics = telemetry.metrics
+
+    def begin(self, scope: HTTPScope, started: float) -> Observed:
+        """The request's id and span, made current (a turn's task started from here inherits
+        them: its log lines carry the id). `started`: `time.perf_counter()` at its arrival."""
+        incoming = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+        observed = Observed(scope, started, request_id_from(incoming))
+        tracer = self.telemetry.tracer
+        if tracer is not None:
+            observed.span, observed.span_token = start_request_span(
+                tracer, observed.method, observed.path, scope["headers"], observed.request_id
+            )
+        observed.token = current_request.set(RequestContext(observed.request_id, observed.span))
+        return observed
+
+    def end(self, observed: Observed, scope: Scope, status: int) -> None:
+        """The request answered with `status`: its metrics, log line and span."""
+        seconds = time.perf_counter() - observed.started
+        method, path = observed.method, observed.path
+        # Litestar (or the lean turn route) writes the matched route's template into the scope.
+        template = scope.get("path_template") or None
+        route = template or UNROUTED
+        label = method if method in _METHODS else "other"
+        self.metrics.request_answered(label, route, str(status), seconds)
+        if access_log.isEnabledFor(logging.INFO):  # else skip building its fields
+            access_log.info(
+                "%s %s %d %.1fms",
+                method,
+                path,
+                status,
+                seconds * 1000,
+                extra={
+                    "method": method,
+                    "path": path,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 3),
+                    "client": _client(scope),
+                },
+            )
+        if observed.span is not None:
+            end_request_span(observed.span, observed.span_token, method, template, status)
+        if observed.token is not None:
+            current_request.reset(observed.token)
 
 
 class ObservabilityMiddleware:
-    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
+    def __init__(self, app: ASGIApp, observability: Observability) -> None:
         self.app = app
-        self.telemetry = telemetry
+        self.observability = observability
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
-        incoming = None
-        for name, value in scope["headers"]:
-            if name == b"x-request-id":
-                incoming = value.decode("latin-1")
-        request_id = request_id_from(incoming)
-        echoed = (b"x-request-id", request_id.encode("ascii"))
-        method = scope["method"]
-        # Still percent-encoded: a logged path cannot hold a line break or a quote.
-        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        path = path.split("?", 1)[0][:_MAX_LOGGED_PATH]  # the query may hold cursors
-        tracer = self.telemetry.tracer
-        span = span_token = None
-        if tracer is not None:
-            span, span_token = start_request_span(
-                tracer, method, path, scope["headers"], request_id
-            )
-        token = current_request.set(RequestContext(request_id, span))
-        metrics = self.telemetry.metrics
+        observed = self.observability.begin(scope, time.perf_counter())
+        open_streams = self.observability.metrics.open_streams
         status = 500  # if the app fails before answering (the server then answers 500)
         streaming = False
 
@@ -64,46 +124,21 @@ class ObservabilityMiddleware:
             nonlocal status, streaming
             if message["type"] == "http.response.start":
                 status = message["status"]
-                headers = [*message.get("headers", ()), echoed]
-                message = {**message, "headers": headers}
-                streaming = any(
-                    name.lower() == b"content-type" and value.startswith(b"text/event-stream")
-                    for name, value in headers
-                )
+                headers = [*message.get("headers", ()), observed.echoed]
+                message["headers"] = headers
+                for name, value in headers:
+                    if name.lower() == b"content-type":
+                        streaming = value.startswith(_EVENT_STREAM)
                 if streaming:
-                    metrics.open_streams.inc()
+                    open_streams.inc()
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
             if streaming:
-                metrics.open_streams.dec()
-            seconds = time.perf_counter() - started
-            # Litestar writes the matched route's template into the scope while routing.
-            template = scope.get("path_template") or None
-            route = template or UNROUTED
-            label = method if method in _METHODS else "other"
-            metrics.request_answered(label, route, str(status), seconds)
-            if access_log.isEnabledFor(logging.INFO):  # else skip building its fields
-                access_log.info(
-                    "%s %s %d %.1fms",
-                    method,
-                    path,
-                    status,
-                    seconds * 1000,
-                    extra={
-                        "method": method,
-                        "path": path,
-                        "route": route,
-                        "status": status,
-                        "duration_ms": round(seconds * 1000, 3),
-                        "client": _client(scope),
-                    },
-                )
-            if span is not None:
-                end_request_span(span, span_token, method, template, status)
-            current_request.reset(token)
+                open_streams.dec()
+            self.observability.end(observed, scope, status)
 
 
 def _client(scope: Scope) -> str | None:

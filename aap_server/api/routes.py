@@ -23,7 +23,7 @@ from aap_server.api.auth import (
 )
 from aap_server.api.meta import GetMetaResponse, meta_response
 from aap_server.api.openapi import ERROR_RESPONSES
-from aap_server.api.sse import STREAM_HEADERS, TurnStream
+from aap_server.api.sse import TurnStream
 from aap_server.protocol import (
     GetAuditResponse,
     GetSessionHistoryResponse,
@@ -284,5 +284,4 @@ class SessionsController(Controller):
             delta_events if turn.mode == "delta" else message_events,
             ping_seconds=state.settings.sse_ping_seconds,
             counted=state.drain.stream_open,
-            headers=STREAM_HEADERS,
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -23,10 +23,15 @@ from aap_server.runtime.events import EngineEvent, TurnEvents
 
 logger = logging.getLogger("aap_server")
 _encoder = msgspec.json.Encoder()
-_MEDIA_TYPE = b"text/event-stream; charset=utf-8"
 _PING = b": ping\r\n\r\n"
-# Caches and proxies must neither keep nor hold back a turn's events.
-STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+# A stream's response headers, encoded once. Caches and proxies must neither keep nor hold
+# back a turn's events.
+STREAM_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"connection", b"keep-alive"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+)
 
 
 @functools.cache
@@ -59,13 +64,13 @@ class TurnStream:
         view: Callable[[EngineEvent], Sequence[SSEEvent]],
         ping_seconds: float,
         counted: Callable[[], AbstractContextManager[object]],
-        headers: Mapping[str, str] | None = None,
+        headers: Sequence[tuple[bytes, bytes]] = STREAM_HEADERS,
     ) -> None:
         self.events = events
         self.view = view
         self.ping_seconds = ping_seconds
         self.counted = counted  # the stream counted open (the drain waits for it) meanwhile
-        self.headers = _headers(headers)
+        self.headers = headers  # the response's, encoded
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         events, view, ping_seconds = self.events, self.view, self.ping_seconds
@@ -136,8 +141,3 @@ class TurnStream:
 
 def _body(body: bytes, *, more: bool) -> dict[str, Any]:
     return {"type": "http.response.body", "body": body, "more_body": more}
-
-
-def _headers(extra: Mapping[str, str] | None) -> list[tuple[bytes, bytes]]:
-    headers = [(b"content-type", _MEDIA_TYPE), (b"connection", b"keep-alive")]
-    return headers + [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]

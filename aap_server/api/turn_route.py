@@ -11,11 +11,18 @@ unknown key, a malformed or oversized body, a drain) goes on to the Litestar rou
 body replayed, so every refusal is the one the declared route gives, and the OpenAPI document
 still describes the route. What the turn itself raises is answered by the same exception
 handlers Litestar would call.
+
+It is the outermost layer, so a turn it answers pays for no middleware: it makes the
+observability layer's `begin`/`end` calls itself (the request id, echoed in its response
+headers, encoded once with them; the log line, metrics and span). A request with an
+`Origin` header when `cors_origins` is set, or outside `base_path`, goes on to the layers
+that handle those.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import msgspec
@@ -26,6 +33,7 @@ from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 from aap_server.api.auth import Authenticator
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS, send_response
+from aap_server.api.observability import Observability
 from aap_server.api.sse import STREAM_HEADERS, TurnStream
 from aap_server.config import Settings
 from aap_server.protocol import PostSessionTurnRequest
@@ -34,8 +42,7 @@ from aap_server.runtime.limits import PrincipalLimits, json_values_within
 from aap_server.runtime.views import delta_events, message_events, none_answer
 
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
-_TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
-_JSON = [(b"content-type", b"application/json")]
+_JSON = (b"content-type", b"application/json")
 _decoder = msgspec.json.Decoder(PostSessionTurnRequest)
 _encoder = msgspec.json.Encoder()
 
@@ -45,7 +52,8 @@ class _Declined(Exception):
 
 
 class TurnRoute:
-    """The ASGI layer: ordinary turns here, everything else to `app` (Litestar)."""
+    """The ASGI layer: ordinary turns here, everything else to `app` (the middleware, then
+    Litestar)."""
 
     def __init__(
         self,
@@ -56,6 +64,7 @@ class TurnRoute:
         authenticator: Authenticator,
         limits: PrincipalLimits,
         drain: Drain,
+        observability: Observability,
     ) -> None:
         self.app = app
         self.service = service
@@ -63,48 +72,72 @@ class TurnRoute:
         self.authenticator = authenticator
         self.limits = limits
         self.drain = drain
+        self.observability = observability
         self.max_body = settings.max_body_bytes
         self.max_json_values = settings.max_json_values_per_request
+        self.turn_path = re.compile(re.escape(settings.base_path) + r"/sessions/([^/]+)/turns")
+        self.cors = bool(settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
         match = None
         if scope["type"] == ScopeType.HTTP and scope.get("method") == "POST":
             path = scope["path"]
             if root := scope.get("root_path"):
                 path = path.split(root, maxsplit=1)[-1]
-            match = _TURN_PATH.fullmatch(path)
-        if match is None or self.drain.draining:
+            match = self.turn_path.fullmatch(path)
+        if (
+            match is None
+            or scope["type"] != ScopeType.HTTP  # (known already: it tells the type checker)
+            or self.drain.draining
+            or (self.cors and _header(scope, b"origin"))
+        ):
             await self.app(scope, receive, send)
             return
         read: list[ReceiveMessage] = []  # what was taken from `receive`, for a replay
         try:
             principal = self.authenticator.principal(_header(scope, b"authorization"))
             body = await self._body(scope, receive, read)
-            if not await json_values_within(body, self.max_json_values):
+            # A JSON value takes a byte at least: a body no longer than the cap is within it.
+            if len(body) > self.max_json_values and not await json_values_within(
+                body, self.max_json_values
+            ):
                 raise _Declined  # the declared route refuses it, undecoded
             request = _decoder.decode(body)
         except Exception:  # no key, a bad one, a body that is not an ordinary turn, ...
             await self.app(scope, _replaying(read, receive), send)
             return
         scope["path_template"] = TEMPLATE
+        observed = self.observability.begin(scope, started)
+        status = 500  # if answering fails before the response starts
         try:
-            self.limits.admit_request(principal.owner)
-            turn = await self.service.start_turn(principal, match[1], request)
-            if turn.mode == "none":
-                body = _encoder.encode(await none_answer(turn.queue))
-                await send_response(send, 200, _JSON, body)
+            try:
+                self.limits.admit_request(principal.owner)
+                turn = await self.service.start_turn(principal, match[1], request)
+                if turn.mode == "none":
+                    body = _encoder.encode(await none_answer(turn.queue))
+                    status = 200
+                    await send_response(send, 200, [_JSON, observed.echoed], body)
+                    return
+            except Exception as error:
+                status = await self._answer_error(scope, receive, send, error, observed.echoed)
                 return
-        except Exception as error:
-            await self._answer_error(scope, receive, send, error)
-            return
-        stream = TurnStream(
-            turn.queue,
-            delta_events if turn.mode == "delta" else message_events,
-            ping_seconds=self.settings.sse_ping_seconds,
-            counted=self.drain.stream_open,
-            headers=STREAM_HEADERS,
-        )
-        await stream(scope, receive, send)
+            stream = TurnStream(
+                turn.queue,
+                delta_events if turn.mode == "delta" else message_events,
+                ping_seconds=self.settings.sse_ping_seconds,
+                counted=self.drain.stream_open,
+                headers=(*STREAM_HEADERS, observed.echoed),
+            )
+            status = 200
+            open_streams = self.observability.metrics.open_streams
+            open_streams.inc()
+            try:
+                await stream(scope, receive, send)
+            finally:
+                open_streams.dec()
+        finally:
+            self.observability.end(observed, scope, status)
 
     async def _body(self, scope: Scope, receive: Receive, read: list[ReceiveMessage]) -> bytes:
         length = _header(scope, b"content-length")
@@ -128,16 +161,24 @@ class TurnRoute:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _answer_error(
-        self, scope: Scope, receive: Receive, send: Send, error: Exception
-    ) -> None:
-        """`error` as Litestar's exception handlers answer it on the declared route."""
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        error: Exception,
+        echoed: tuple[bytes, bytes],
+    ) -> int:
+        """`error` as Litestar's exception handlers answer it on the declared route; returns
+        the status sent."""
         handler = next(
             EXCEPTION_HANDLERS[kind] for kind in type(error).__mro__ if kind in EXCEPTION_HANDLERS
         )
         response: Response[Any] = handler(Request(scope, receive), error)
-        headers = [(b"content-type", b"application/json")]
+        headers = [_JSON, echoed]
         headers += [(k.lower().encode(), v.encode()) for k, v in response.headers.items()]
-        await send_response(send, response.status_code or 500, headers, response.content)
+        status = response.status_code or 500
+        await send_response(send, status, headers, response.content)
+        return status
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
