@@ -336,7 +336,7 @@ async def test_a_cancelled_callers_write_still_commits_with_its_group(
     assert texts(await store.load_history(record.session_id, "compacted")) == ["a", "b"]
 
 
-async def test_a_step_appends_each_row_in_one_statement_with_no_lookup_beside(
+async def test_a_step_appends_each_tables_rows_in_one_statement_and_reads_nothing(
     store: SqliteSessionStore,
 ) -> None:
     record = new_record()
@@ -355,10 +355,21 @@ async def test_a_step_appends_each_row_in_one_statement_with_no_lookup_beside(
     def touching(table: str) -> list[str]:
         return [sql for sql in trace.statements if f" {table} " in f"{sql} "]
 
-    # One statement a row written (the next seq is looked up inside it), no SELECT beside.
-    assert len(touching("history_full")) == 2, touching("history_full")
-    assert len(touching("history_compacted")) == 2, touching("history_compacted")
-    assert len(touching("guardian_memory_log")) == 2, touching("guardian_memory_log")
+    # One INSERT a table for all of its rows, and nothing read: the next seqs were known
+    # from the step before (the session's version, returned by its UPDATE, says they are
+    # current), so the whole step is BEGIN, that UPDATE, an INSERT a table, COMMIT.
+    assert len(touching("history_full")) == 1, touching("history_full")
+    assert len(touching("history_compacted")) == 1, touching("history_compacted")
+    assert len(touching("guardian_memory_log")) == 1, touching("guardian_memory_log")
+    assert [" ".join(sql.split(" ")[:3]) for sql in trace.statements] == [
+        "BEGIN IMMEDIATE",
+        "UPDATE sessions SET",
+        "INSERT INTO history_full",
+        "INSERT INTO history_compacted",
+        "INSERT INTO owner_usage",  # the owner's stored bytes
+        "INSERT INTO guardian_memory_log",
+        "COMMIT",
+    ], trace.statements
     assert texts(await store.load_history(record.session_id, "full")) == ["seed", "q", "a"]
     assert texts(await store.load_history(record.session_id, "compacted")) == ["seed", "q", "a"]
     snapshot = await store.load_turn(record.session_id, "alice")
