@@ -118,24 +118,23 @@ _INSERT_SESSION = (
 )
 _SELECT_SESSION = "SELECT agent, tools, pending FROM sessions WHERE session_id = ? AND owner = ?"
 # A step's first statement: it counts the step in the session's version and (when the step
-# changes them) sets agent / tools / pending, and returns what tells the writer whether its
-# copy of the session's heads is current (`_Heads`). agent and pending are NOT NULL, so NULL
-# means "keep"; tools may be NULL, hence the flag. The fenced forms also return the turn
-# holding the lease (checked in the same transaction, see `_check_fence_sync`).
-_STEP_RETURNING = " WHERE session_id = ?1 RETURNING owner, version, created_at"
-_STEP_FENCE = ", (SELECT turn_id FROM turn_leases WHERE session_id = ?1 AND expires_at > ?2)"
-_STEP_BUMP = "UPDATE sessions SET version = version + 1"
-_STEP_UPDATE = (
-    "UPDATE sessions SET version = version + 1, agent = COALESCE(?3, agent), "
-    "tools = CASE WHEN ?4 THEN ?5 ELSE tools END, pending = COALESCE(?6, pending)"
-)
-# (changes the row, fenced) -> the statement
+# changes them) sets agent / tools / pending. agent and pending are NOT NULL, so NULL means
+# "keep"; tools may be NULL, hence the flag. (Not `RETURNING`: SQLite buffers what it
+# returns in a temporary table, ~5 µs a statement, more than a SELECT beside it.)
 _STEP_SESSION = {
-    (False, False): _STEP_BUMP + _STEP_RETURNING,
-    (False, True): _STEP_BUMP + _STEP_RETURNING + _STEP_FENCE,
-    (True, False): _STEP_UPDATE + _STEP_RETURNING,
-    (True, True): _STEP_UPDATE + _STEP_RETURNING + _STEP_FENCE,
+    False: "UPDATE sessions SET version = version + 1 WHERE session_id = ?1",
+    True: "UPDATE sessions SET version = version + 1, agent = COALESCE(?2, agent), "
+    "tools = CASE WHEN ?3 THEN ?4 ELSE tools END, pending = COALESCE(?5, pending) "
+    "WHERE session_id = ?1",
 }
+# What tells the writer whether its copy of a session's heads is current (`_Heads`), read
+# after that UPDATE when other processes may write the file (or nothing is known yet); the
+# fenced form also reads the turn holding the lease (checked in the same transaction).
+_SESSION_ROW = "SELECT owner, version, created_at FROM sessions WHERE session_id = ?1"
+_FENCED_SESSION_ROW = (
+    "SELECT owner, version, created_at, (SELECT turn_id FROM turn_leases "
+    "WHERE session_id = ?1 AND expires_at > ?2) FROM sessions WHERE session_id = ?1"
+)
 _DELETE_SESSION = "DELETE FROM sessions WHERE session_id = ? AND owner = ?"
 # What a session holds, counted only when it goes (its rows are visited by the delete anyway),
 # so that no step has to keep a per-session counter.
@@ -207,12 +206,13 @@ _DROPPED_SIZE = (
     "WHERE session_id = ? AND seq <= ?"
 )
 _USAGE = "SELECT sessions, stored_bytes FROM owner_usage WHERE owner = ?"
-# Returns the owner's stored bytes as this transaction leaves them (`_Known.usage`).
 _ADD_USAGE = (
     "INSERT INTO owner_usage (owner, sessions, stored_bytes) VALUES (?1, ?2, ?3) "
-    "ON CONFLICT (owner) DO UPDATE SET sessions = sessions + ?2, stored_bytes = stored_bytes + ?3 "
-    "RETURNING stored_bytes"
+    "ON CONFLICT (owner) DO UPDATE SET sessions = sessions + ?2, stored_bytes = stored_bytes + ?3"
 )
+# The same, returning the owner's stored bytes as this transaction leaves them: once per
+# owner (`_Known.usage` adds after that).
+_ADD_USAGE_RETURNING = _ADD_USAGE + " RETURNING stored_bytes"
 
 _LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = ? ORDER BY seq DESC LIMIT 1"
 _CHAIN_HEAD = "SELECT head_seq, head_hash FROM audit_chains WHERE chain = ?"
@@ -511,13 +511,16 @@ class _Heads:
 
 class _Known:
     """What the writer thread knows the database holds without reading it: each session's
-    heads and each owner's stored bytes (as the last transaction that wrote them left them)."""
+    heads and (one process on the file) each owner's stored bytes, as the last transaction
+    that wrote them left them. With other processes on the file (`shared`) the heads are
+    checked against the session's row in every step, and stored bytes are not kept."""
 
-    __slots__ = ("heads", "usage")
+    __slots__ = ("heads", "shared", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
         self.heads: _Layered[str, _Heads] = _Layered(KNOWN_SESSIONS)
-        self.usage: _Layered[str, int] = _Layered(KNOWN_OWNERS)
+        self.usage: _Layered[str, int] = _Layered(0 if shared else KNOWN_OWNERS)
 
     def release(self) -> None:
         self.heads.release()
@@ -539,17 +542,29 @@ class _Known:
 def _group_transaction(
     conn: sqlite3.Connection, known: _Known, bodies: Sequence[_Body]
 ) -> list[_Outcome]:
-    """Run `bodies` in order in one BEGIN IMMEDIATE ... COMMIT, each in a savepoint of its own
-    (a body that raises is rolled back alone and its outcome is the exception). Raises, with
-    nothing of the group stored, if the transaction itself fails: BEGIN, COMMIT, or an error
-    after which SQLite has rolled the whole transaction back (full disk, I/O). `known`
-    follows: what the bodies noted reaches it only with the COMMIT."""
+    """Run `bodies` in order in one BEGIN IMMEDIATE ... COMMIT, as if each were in a savepoint
+    of its own (a body that raises is rolled back alone and its outcome is the exception).
+    Raises, with nothing of the group stored, if the transaction itself fails: BEGIN, COMMIT,
+    or an error after which SQLite has rolled the whole transaction back (full disk, I/O).
+    `known` follows: what the bodies noted reaches it only with the COMMIT.
+
+    The bodies first run without savepoints (a savepoint costs two statements and a copy of
+    each page its body changes, and bodies seldom fail); if one raises, the transaction is
+    rolled back and the group runs again from the start, each body in a savepoint (a body
+    only reads and writes the database, so running it again is running it once)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if len(bodies) == 1:  # alone: the transaction is its savepoint (two statements fewer)
+        if len(bodies) == 1:  # alone: the transaction is its savepoint
             outcomes: list[_Outcome] = [(True, bodies[0](conn))]
         else:
-            outcomes = [_savepoint(conn, known, body) for body in bodies]
+            try:
+                outcomes = _all_or_nothing(conn, known, bodies)
+            except Exception:
+                known.abort()
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes = [_savepoint(conn, known, body) for body in bodies]
         conn.execute("COMMIT")
     except BaseException:
         known.abort()
@@ -557,6 +572,16 @@ def _group_transaction(
             conn.execute("ROLLBACK")
         raise
     known.commit()
+    return outcomes
+
+
+def _all_or_nothing(
+    conn: sqlite3.Connection, known: _Known, bodies: Sequence[_Body]
+) -> list[_Outcome]:
+    outcomes: list[_Outcome] = []
+    for body in bodies:
+        outcomes.append((True, body(conn)))
+        known.release()
     return outcomes
 
 
@@ -642,25 +667,30 @@ def _commit_sync(
     fence: TurnFence | None,
 ) -> None:
     updates = step.updates_session
-    params: tuple[Any, ...]
+    params: tuple[Any, ...] = (session_id,)
     if updates:
-        params = (session_id, now_ms(), step.agent, step.set_tools, step.tools, step.pending)
-    else:
-        params = (session_id, now_ms()) if fence is not None else (session_id,)
-    row = conn.execute(_STEP_SESSION[updates, fence is not None], params).fetchone()
-    if row is None:
+        params = (session_id, step.agent, step.set_tools, step.tools, step.pending)
+    if not conn.execute(_STEP_SESSION[updates], params).rowcount:
         if fence is not None:
             _check_fence_sync(conn, fence)
         raise KeyError(session_id)
-    if fence is not None and row[3] != fence.turn_id:
-        raise _lease_lost(fence, row[3])  # rolls the version's count back with the write
-    owner, version, created_at = row[0], row[1], row[2]
     heads = known.heads.get(session_id)
-    if heads is None or heads.version + 1 != version or heads.created_at != created_at:
-        heads = _read_heads(conn, session_id, owner, version, created_at)
-    else:
+    if heads is not None and not known.shared:  # only this process writes the file
         heads = heads.copy()
-        heads.version = version
+        heads.version += 1
+    else:
+        if fence is None:
+            row = conn.execute(_SESSION_ROW, (session_id,)).fetchone()
+        else:
+            row = conn.execute(_FENCED_SESSION_ROW, (session_id, now_ms())).fetchone()
+            if row[3] != fence.turn_id:
+                raise _lease_lost(fence, row[3])  # rolls the version's count back too
+        owner, version, created_at = row[0], row[1], row[2]
+        if heads is None or heads.version + 1 != version or heads.created_at != created_at:
+            heads = _read_heads(conn, session_id, owner, version, created_at)
+        else:
+            heads = heads.copy()
+            heads.version = version
     added = step.appended_bytes
     if step.full:
         heads.full = _append(conn, _INSERT_MESSAGE["full"], session_id, heads.full, step.full)
@@ -673,10 +703,10 @@ def _commit_sync(
         conn.execute(_DROP_COMPACTED, (session_id, seqs[-1]))
         # The replacement takes the smallest dropped seqs, so it stays in front; the next
         # seq stays past every one left.
-        params_list: list[Any] = []
+        replaced: list[Any] = []
         for seq, message in zip(seqs, step.replacement, strict=False):
-            params_list += (session_id, seq, message)
-        _insert(conn, _INSERT_MESSAGE["compacted"], 3, params_list)
+            replaced += (session_id, seq, message)
+        _insert(conn, _INSERT_MESSAGE["compacted"], 3, replaced)
     if step.compacted:
         heads.compacted = _append(
             conn, _INSERT_MESSAGE["compacted"], session_id, heads.compacted, step.compacted
@@ -692,7 +722,7 @@ def _commit_sync(
         added += _insert_audit(conn, session_id, rows)
         heads.audit = (rows[-1][1], rows[-1][4])
     if added:
-        _add_usage(conn, known, owner, 0, added)
+        _add_usage(conn, known, heads.owner, 0, added)
     if step.guardian_memory is not None:
         heads.memory_log = _write_memory(conn, session_id, step.guardian_memory, heads.memory_log)
     known.heads.put(session_id, heads)
@@ -701,8 +731,16 @@ def _commit_sync(
 def _add_usage(
     conn: sqlite3.Connection, known: _Known, owner: str, sessions: int, stored_bytes: int
 ) -> None:
-    (stored,) = conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes)).fetchone()
-    known.usage.put(owner, stored)
+    if known.shared:  # not kept: other processes change it too
+        conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes))
+        return
+    used = known.usage.get(owner)
+    if used is None:
+        (used,) = conn.execute(_ADD_USAGE_RETURNING, (owner, sessions, stored_bytes)).fetchone()
+    else:
+        conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes))
+        used += stored_bytes
+    known.usage.put(owner, used)
 
 
 def _write_memory(
@@ -1010,7 +1048,7 @@ class SqliteSessionStore(SessionStore):
         self._committer: asyncio.Task[None] | None = None
         self._idle: asyncio.Future[None] | None = None  # close() waiting for the last write
         self.write_transactions = 0
-        self._known = _Known()  # used on the writer thread only (`usage.committed` aside)
+        self._known = _Known(shared_leases)  # the writer thread's (`usage.committed` aside)
 
     def _under_quota(self, owner: str) -> bool:
         """Whether `owner` is known to be under its stored-bytes quota without a read: with

@@ -1,7 +1,7 @@
 """Group commit in the SQLite store (issue 12): the writes queued while the writer thread is
-busy share one transaction, each in a savepoint of its own; none is answered before the
-COMMIT that holds it. And the statements a step costs. Counted on the real writer connection
-through SQLite's statement trace, checked in the real database file."""
+busy share one transaction (each in a savepoint of its own once one of them has failed);
+none is answered before the COMMIT that holds it. And the statements a step costs. Counted
+on the real writer connection through SQLite's statement trace, checked in the real file."""
 
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ..
         return conn.execute(sql, params).fetchall()
 
 
+# The first statement of a step (`commit`) and of a lease take.
+WRITE_STARTS = ("UPDATE sessions SET version", "INSERT INTO turn_leases")
+
+
 class Trace:
     """The statements the writer connection runs, as SQLite reports them."""
 
@@ -42,17 +46,24 @@ class Trace:
         self.statements: list[str] = []
 
     def groups(self) -> list[int]:
-        """How many writes each committed transaction held (a lone write has no savepoint)."""
+        """How many writes each committed transaction held: its savepoints when its writes
+        ran in savepoints (after one of them failed), else its steps and lease takes (each
+        starts with one of `WRITE_STARTS`); a lone write counts one."""
         sizes: list[int] = []
-        savepoints = 0
+        savepoints = starts = 0
         for sql in self.statements:
             if sql == "BEGIN IMMEDIATE":
-                savepoints = 0
+                savepoints = starts = 0
             elif sql == "SAVEPOINT write":
                 savepoints += 1
+            elif sql.startswith(WRITE_STARTS):
+                starts += 1
             elif sql == "COMMIT":
-                sizes.append(max(savepoints, 1))
+                sizes.append(max(savepoints or starts, 1))
         return sizes
+
+    def savepoints(self) -> int:
+        return self.statements.count("SAVEPOINT write")
 
 
 async def traced(store: SqliteSessionStore) -> Trace:
@@ -104,6 +115,7 @@ async def test_concurrent_commits_share_one_transaction_and_all_land(
     )
 
     assert trace.groups() == [1, 32]  # two transactions, where each write was one before
+    assert trace.savepoints() == 0  # none failed: none needed a savepoint
     assert store.write_transactions == 30 + 2  # and one per awaited create_session
     # Acknowledged means committed: the file, read past the store, has every step.
     path = str(tmp_path / "s.db")
@@ -147,6 +159,9 @@ async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
     assert "drops 5" in str(outcomes[1])
     assert isinstance(outcomes[2], KeyError)
     assert trace.groups() == [1, 4]
+    # Run once without savepoints, rolled back at the first failure, run again in them.
+    assert trace.statements.count("ROLLBACK") == 1
+    assert trace.savepoints() == 4
     assert texts(await store.load_history(good.session_id, "full")) == ["seed", "kept", "kept"]
     assert texts(await store.load_history(other.session_id, "full")) == [
         "seed",

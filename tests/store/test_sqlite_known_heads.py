@@ -243,16 +243,23 @@ async def test_a_step_rolled_back_in_its_group_leaves_no_gap_after_it(tmp_path: 
             audit=[draft("lost")],
             compaction=Compaction(drop=50),  # more than the history holds: refused
         )
+        # The group runs first without savepoints: "two" is written, then the failure rolls
+        # the whole transaction back, and the group runs again from what was committed.
         outcomes = await while_writer_busy(
             store,
-            store.commit(record.session_id, failing),
             store.commit(record.session_id, step("two", b"m2")),
+            store.commit(record.session_id, failing),
+            store.commit(record.session_id, step("three", b"m3")),
         )
-        assert isinstance(outcomes[0], ValueError), outcomes
-        assert outcomes[1] is None, outcomes
-        await store.commit(record.session_id, step("three", b"m3"))
+        assert isinstance(outcomes[1], ValueError), outcomes
+        assert outcomes[0] is None, outcomes
+        assert outcomes[2] is None, outcomes
+        await store.commit(record.session_id, step("four", b"m4"))
         full = await store.load_history(record.session_id, "full")
-        assert texts(full) == ["seed", "one", "one", "two", "two", "three", "three"]
+        assert texts(full) == [
+            "seed",
+            *("one", "one", "two", "two", "three", "three", "four", "four"),
+        ]
         await assert_whole(store, path, record.session_id)
     finally:
         await store.close()
