@@ -8,13 +8,19 @@ hop instead of one per statement (~60 µs each). Since the database thread runs 
 at a time, no other operation can ever observe a transaction half done.
 
 Writes are committed in groups: the writes issued while a write transaction is on the writer
-thread go to it next in ONE hop and share ONE transaction, each in a savepoint of its own, so
-a write that fails is undone alone and only its caller sees the error. No caller is answered
-before the COMMIT holding its write has returned.
+thread go to it next in ONE hop and share ONE transaction; a write that fails is undone alone
+(the group is run again, each write in a savepoint of its own) and only its caller sees the
+error. No caller is answered before the COMMIT holding its write has returned.
 
 Values are msgspec JSON bytes stored as BLOBs; history is one row per message keyed by
-(session_id, seq), so appending looks up `MAX(seq)` through the primary key and never reads
-the history before it.
+(session_id, seq). A step reads nothing back: the writer keeps each session's next seqs,
+owner and audit chain head (`_Heads`) and, with one process on the file, each owner's stored
+bytes (`_Known`), changed only as the transactions that change them commit; with several
+worker processes a step checks its copy against the session's row (version, created_at) in
+its own transaction and reads the heads again when another process wrote. A none turn's
+step is 7 statements: the session's version, one INSERT per history, the audit entries and
+their chain head, the owner's bytes, the guardian memory record (before: 12, and a read of
+the owner's counter on the reader at each turn's start).
 """
 
 from __future__ import annotations
