@@ -414,10 +414,11 @@ _Body = Callable[[sqlite3.Connection], Any]
 # A write waiting for the writer thread: its body, about the bytes it stores, its caller's future.
 _Queued = tuple[_Body, int, "asyncio.Future[Any]"]
 
-# How many sessions' heads and owners' usage the writer keeps (the least recently written go
-# first; one forgotten costs its next step one read).
-KNOWN_SESSIONS = 100_000
-KNOWN_OWNERS = 100_000
+# How many sessions' heads and owners' stored bytes the writer keeps (the least recently
+# written go first; one forgotten costs its next step a read: two statements for a session,
+# one for an owner). About 400 bytes a session: 4 MB at most.
+KNOWN_SESSIONS = 10_000
+KNOWN_OWNERS = 10_000
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")

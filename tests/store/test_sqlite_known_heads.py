@@ -25,6 +25,7 @@ from aap_server.store import (
     StepWrite,
     StoreLimits,
 )
+from aap_server.store import sqlite as sqlite_module
 from aap_server.store.verify import verify_store
 
 from .helpers import assistant, draft, new_record, texts, user
@@ -261,5 +262,30 @@ async def test_a_step_rolled_back_in_its_group_leaves_no_gap_after_it(tmp_path: 
             *("one", "one", "two", "two", "three", "three", "four", "four"),
         ]
         await assert_whole(store, path, record.session_id)
+    finally:
+        await store.close()
+
+
+async def test_past_the_sessions_it_keeps_the_writer_forgets_the_oldest_and_reads_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "KNOWN_SESSIONS", 2)
+    path = str(tmp_path / "aap.db")
+    store = SqliteSessionStore(path)
+    await store.open()
+    try:
+        records = [new_record() for _ in range(3)]
+        for record in records:
+            await store.create_session(record, [user("seed")])
+        for turn in range(3):
+            for record in records:
+                await store.commit(record.session_id, step(f"{turn}", b"m"))
+                assert len(store._known.heads.committed) <= 2
+        # The last two written are kept; the first was forgotten and is read again.
+        assert set(store._known.heads.committed) == {r.session_id for r in records[1:]}
+        for record in records:
+            full = await store.load_history(record.session_id, "full")
+            assert texts(full) == ["seed", "0", "0", "1", "1", "2", "2"]
+            await assert_whole(store, path, record.session_id)
     finally:
         await store.close()
