@@ -17,10 +17,11 @@ Values are msgspec JSON bytes stored as BLOBs; history is one row per message ke
 owner and audit chain head (`_Heads`) and, with one process on the file, each owner's stored
 bytes (`_Known`), changed only as the transactions that change them commit; with several
 worker processes a step checks its copy against the session's row (version, created_at) in
-its own transaction and reads the heads again when another process wrote. A none turn's
-step is 7 statements: the session's version, one INSERT per history, the audit entries and
-their chain head, the owner's bytes, the guardian memory record (before: 12, and a read of
-the owner's counter on the reader at each turn's start).
+its own transaction and reads the heads again when another process wrote. With one process,
+a `none` turn's step is 6 statements: one INSERT per history, the audit entries and their
+chain head, the owner's bytes, the guardian memory record (before: 12, and a read of the
+owner's counter on the reader at each turn's start); with several, 2 more (the session's
+version and the row that checks the copy and the turn's lease).
 """
 
 from __future__ import annotations
@@ -677,15 +678,19 @@ def _commit_sync(
     params: tuple[Any, ...] = (session_id,)
     if updates:
         params = (session_id, step.agent, step.set_tools, step.tools, step.pending)
-    if not conn.execute(_STEP_SESSION[updates], params).rowcount:
-        if fence is not None:
-            _check_fence_sync(conn, fence)
-        raise KeyError(session_id)
     heads = known.heads.get(session_id)
-    if heads is not None and not known.shared:  # only this process writes the file
+    if heads is not None and not known.shared:
+        # Only this process writes the file: the session is there (its deletion forgets its
+        # heads) and nobody reads its version (`claim_turn` reads none), so a step that
+        # changes nothing of its row does not touch it.
+        if updates:
+            conn.execute(_STEP_SESSION[True], params)
         heads = heads.copy()
-        heads.version += 1
     else:
+        if not conn.execute(_STEP_SESSION[updates], params).rowcount:
+            if fence is not None:
+                _check_fence_sync(conn, fence)
+            raise KeyError(session_id)
         if fence is None:
             row = conn.execute(_SESSION_ROW, (session_id,)).fetchone()
         else:
