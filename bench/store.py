@@ -10,25 +10,45 @@ sequential and of concurrent writers. Runs on a temporary file database (WAL).
 
 instead times a session's commit and its turn read (`load_turn`) in a database of 1,000
 sessions against one of that many, interleaved (cost must not grow with the session count).
+
+    python bench/store.py --against main [--rounds 5]
+
+instead compares this tree's store with the one of a git ref, alternated round by round in
+fresh processes: the CPU per commit of a `none` turn's step (two messages to each history,
+two audit entries, a guardian memory record), one at a time and 50 sessions at once, split
+into the event loop's thread and the others (the writer), from /proc schedstat.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# `--tree PATH` (a round of `--against`): that tree's package, this tree's bench modules.
+sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv else "")
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from aap_server.ids import new_id
 from aap_server.protocol import AgentConfig, AssistantMessage, UserMessage
-from aap_server.store import SessionRecord, SqliteSessionStore, StepWrite
+from aap_server.store import (
+    AuditDraft,
+    GuardianMemory,
+    SessionRecord,
+    SqliteSessionStore,
+    StepWrite,
+)
 
+ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = 2000
 CONCURRENCY = 50
 
@@ -167,8 +187,119 @@ async def session_count(count: int) -> None:
             await large.close()
 
 
+def turn_step(i: int) -> StepWrite:
+    """What a `none` turn commits: its two messages, the guardian's two verdicts on them and
+    what the guardian learned (the figures of bench/thread_cpu.py's turns)."""
+    messages = step(i)
+    drafts = [
+        AuditDraft(
+            turn_id=f"turn_{i}",
+            step_id=f"step_{i}_{k}",
+            method=method,
+            decision="allow",
+            reason_codes=[],
+            latency_us=40,
+            at="2026-11-23T21:00:00.000Z",
+        )
+        for k, method in enumerate(("steps/message", "steps/message"))
+    ]
+    memory = GuardianMemory(records=(b'{"turn":%d,"words":["weather","today"]}' % i,))
+    return StepWrite(
+        full=messages.full, compacted=messages.full, audit=drafts, guardian_memory=memory
+    )
+
+
+def thread_seconds() -> tuple[float, float]:
+    """(the event loop's thread, every other thread) on-CPU seconds of this process."""
+    loop, others = 0.0, 0.0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as stat:
+                seconds = int(stat.read().split()[0]) / 1e9
+        except FileNotFoundError:
+            continue
+        if int(task) == threading.get_native_id():
+            loop += seconds
+        else:
+            others += seconds
+    return loop, others
+
+
+async def measure_round() -> dict[str, list[float]]:
+    """µs per commit (loop, other threads) of `turn_step`s: one at a time, 50 at once."""
+    figures: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteSessionStore(str(Path(tmp) / "bench.db"))
+        await store.open()
+        try:
+            sessions = [await new_session(store, 10) for _ in range(CONCURRENCY)]
+            for i in range(100):  # warm up: statements prepared, heads known
+                await asyncio.gather(*(store.commit(s, turn_step(i)) for s in sessions))
+            n = 1000
+            before = thread_seconds()
+            for i in range(n):
+                await store.commit(sessions[i % CONCURRENCY], turn_step(i))
+            after = thread_seconds()
+            figures["one at a time"] = [
+                (a - b) / n * 1e6 for a, b in zip(after, before, strict=True)
+            ]
+            rounds = 40
+            before = thread_seconds()
+            for r in range(rounds):
+                await asyncio.gather(*(store.commit(s, turn_step(r)) for s in sessions))
+            after = thread_seconds()
+            per = rounds * CONCURRENCY
+            figures[f"{CONCURRENCY} at once"] = [
+                (a - b) / per * 1e6 for a, b in zip(after, before, strict=True)
+            ]
+        finally:
+            await store.close()
+    return figures
+
+
+def against(ref: str, rounds: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.throughput import checkout
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": str(ROOT), ref: str(checkout(ref, Path(tmp)))}
+        results: dict[str, dict[str, list[list[float]]]] = {name: {} for name in trees}
+        for index in range(rounds):
+            names = list(trees) if index % 2 == 0 else list(trees)[::-1]
+            for name in names:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--measure", "--tree", trees[name]],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                for label, pair in json.loads(done.stdout).items():
+                    results[name].setdefault(label, []).append(pair)
+    print(f"CPU µs per commit of a `none` turn's step, median of {rounds} alternated rounds")
+    print(f"{'':<14} {'tree':<12} {'loop':>7} {'writer':>7} {'total':>7}")
+    for label in results["this tree"]:
+        for name in trees:
+            pairs = results[name][label]
+            loop = statistics.median(p[0] for p in pairs)
+            other = statistics.median(p[1] for p in pairs)
+            total = statistics.median(p[0] + p[1] for p in pairs)
+            print(f"{label:<14} {name:<12} {loop:7.1f} {other:7.1f} {total:7.1f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, help="compare 1,000 sessions with this many")
+    parser.add_argument("--against", help="compare with the store of this git ref")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
-    asyncio.run(session_count(arguments.sessions) if arguments.sessions else main())
+    if arguments.measure:
+        import aap_server.store.sqlite as measured
+
+        assert measured.__file__.startswith(arguments.tree), measured.__file__
+        print(json.dumps(asyncio.run(measure_round())))
+    elif arguments.against:
+        against(arguments.against, arguments.rounds)
+    else:
+        asyncio.run(session_count(arguments.sessions) if arguments.sessions else main())

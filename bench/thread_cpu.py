@@ -7,7 +7,8 @@ Starts both servers as bench/throughput.py does (pinned to CPU 0, client on CPU 
 `none` turns with a 96 B message, alternating the servers round by round, and reads each
 thread's on-CPU time from /proc/PID/task/TID/schedstat before and after every round. Prints
 the median over rounds of µs per turn: the loop thread (TID = PID), the SQLite writer thread
-(the busiest other one), the other threads (reader, checkpointer), and the total. Made for the
+(the busiest other one), the other threads (reader, checkpointer), and the total; and the
+context switches of all its threads per turn (/proc/PID/task/TID/status) and turns/s. Made for the
 group-commit round (bench/README.md "Fourth round"): the writer's work per turn is what a
 shared transaction saves; the loop's is what its hand-offs cost.
 """
@@ -48,6 +49,22 @@ def thread_seconds(pid: int) -> dict[int, float]:
     return seconds
 
 
+def switches(pid: int) -> int:
+    """Context switches of every thread of process `pid` so far (each hand-over of the GIL
+    or of a job between the loop and a database thread costs at least one)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                for line in status:
+                    name, _, value = line.partition(":")
+                    if name.endswith("ctxt_switches"):  # voluntary and not
+                        total += int(value)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
 def split(pid: int, before: dict[int, float], after: dict[int, float]) -> tuple[float, ...]:
     """(loop, writer, the rest) CPU seconds between two readings. The loop thread's id is the
     process id; the writer is the busiest other thread (the reader only runs `load_turn`, the
@@ -69,19 +86,28 @@ async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
         for server in order:
             pid = server.process.pid
             scenario = Scenario(server.name, server, "none", SMALL, arguments.concurrency)
-            before = thread_seconds(pid)
+            before, switched = thread_seconds(pid), switches(pid)
             await run(scenario, arguments.seconds)
             spent = split(pid, before, thread_seconds(pid))
-            per_turn[server.name].append(tuple(s / scenario.count * 1e6 for s in spent))
+            row = [s / scenario.count * 1e6 for s in spent]
+            row.append((switches(pid) - switched) / scenario.count)
+            row.append(scenario.count / arguments.seconds)
+            per_turn[server.name].append(tuple(row))
     print(
         f"`none` 96 B, C={arguments.concurrency}, {arguments.rounds} rounds x"
         f" {arguments.seconds:g} s alternated; median µs of server CPU per turn"
     )
-    print(f"{'server':<24} {'loop':>8} {'writer':>8} {'other':>8} {'total':>8}")
+    header = f"{'server':<24} {'loop':>8} {'writer':>8} {'other':>8} {'total':>8}"
+    print(f"{header} {'switches':>9} {'turns/s':>8}")
     for name, rows in per_turn.items():
-        loop, writer, other = (statistics.median(row[i] for row in rows) for i in range(3))
-        total = statistics.median(sum(row) for row in rows)
-        print(f"{name:<24} {loop:8.0f} {writer:8.0f} {other:8.0f} {total:8.0f}")
+        loop, writer, other, switched, rate = (
+            statistics.median(row[i] for row in rows) for i in range(5)
+        )
+        total = statistics.median(sum(row[:3]) for row in rows)
+        print(
+            f"{name:<24} {loop:8.0f} {writer:8.0f} {other:8.0f} {total:8.0f}"
+            f" {switched:9.1f} {rate:8.0f}"
+        )
 
 
 def main(arguments: argparse.Namespace) -> None:

@@ -324,7 +324,8 @@ class SessionStore(abc.ABC):
         """Apply one step's writes atomically (all or nothing). LeaseLostError (nothing
         written) when `turn_fence` names this session and its turn's lease is gone. Adds
         exactly one to the session's version (see `claim_turn`) per write stored, also when
-        a backend stores several writes in one transaction: a process counts its own."""
+        a backend stores several writes in one transaction: a process counts its own. (A
+        store only this process writes, whose claims read no version, need not count.)"""
 
     async def writes_settled(self) -> None:
         """Return once every write issued before has been stored or refused, including one

@@ -8,13 +8,20 @@ hop instead of one per statement (~60 µs each). Since the database thread runs 
 at a time, no other operation can ever observe a transaction half done.
 
 Writes are committed in groups: the writes issued while a write transaction is on the writer
-thread go to it next in ONE hop and share ONE transaction, each in a savepoint of its own, so
-a write that fails is undone alone and only its caller sees the error. No caller is answered
-before the COMMIT holding its write has returned.
+thread go to it next in ONE hop and share ONE transaction; a write that fails is undone alone
+(the group is run again, each write in a savepoint of its own) and only its caller sees the
+error. No caller is answered before the COMMIT holding its write has returned.
 
 Values are msgspec JSON bytes stored as BLOBs; history is one row per message keyed by
-(session_id, seq), so appending looks up `MAX(seq)` through the primary key and never reads
-the history before it.
+(session_id, seq). A step reads nothing back: the writer keeps each session's next seqs,
+owner and audit chain head (`_Heads`) and, with one process on the file, each owner's stored
+bytes (`_Known`), changed only as the transactions that change them commit; with several
+worker processes a step checks its copy against the session's row (version, created_at) in
+its own transaction and reads the heads again when another process wrote. With one process,
+a `none` turn's step is 6 statements: one INSERT per history, the audit entries and their
+chain head, the owner's bytes, the guardian memory record (before: 12, and a read of the
+owner's counter on the reader at each turn's start); with several, 2 more (the session's
+version and the row that checks the copy and the turn's lease).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import aiosqlite
 
@@ -65,6 +72,7 @@ from aap_server.store.caller_memory import (
 from aap_server.store.codec import (
     AUDIT_DECODER,
     ENCODER,
+    AuditRow,
     EncodedStep,
     SessionRow,
     chain_rows,
@@ -88,6 +96,8 @@ from aap_server.store.codec import (
 from aap_server.store.migrations import migrate
 
 __all__ = ["SqliteSessionStore"]
+
+_UNSHARED_CLAIM = TurnClaim()
 
 _T = TypeVar("_T")
 
@@ -114,12 +124,23 @@ _INSERT_SESSION = (
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
 _SELECT_SESSION = "SELECT agent, tools, pending FROM sessions WHERE session_id = ? AND owner = ?"
-_SESSION_OWNER = "SELECT owner FROM sessions WHERE session_id = ?"
-# agent and pending are NOT NULL, so NULL means "keep"; tools may be NULL, hence the flag.
-_UPDATE_SESSION = (
-    "UPDATE sessions SET agent = COALESCE(?1, agent), "
-    "tools = CASE WHEN ?2 THEN ?3 ELSE tools END, pending = COALESCE(?4, pending) "
-    "WHERE session_id = ?5"
+# A step's first statement: it counts the step in the session's version and (when the step
+# changes them) sets agent / tools / pending. agent and pending are NOT NULL, so NULL means
+# "keep"; tools may be NULL, hence the flag. (Not `RETURNING`: SQLite buffers what it
+# returns in a temporary table, ~5 µs a statement, more than a SELECT beside it.)
+_STEP_SESSION = {
+    False: "UPDATE sessions SET version = version + 1 WHERE session_id = ?1",
+    True: "UPDATE sessions SET version = version + 1, agent = COALESCE(?2, agent), "
+    "tools = CASE WHEN ?3 THEN ?4 ELSE tools END, pending = COALESCE(?5, pending) "
+    "WHERE session_id = ?1",
+}
+# What tells the writer whether its copy of a session's heads is current (`_Heads`), read
+# after that UPDATE when other processes may write the file (or nothing is known yet); the
+# fenced form also reads the turn holding the lease (checked in the same transaction).
+_SESSION_ROW = "SELECT owner, version, created_at FROM sessions WHERE session_id = ?1"
+_FENCED_SESSION_ROW = (
+    "SELECT owner, version, created_at, (SELECT turn_id FROM turn_leases "
+    "WHERE session_id = ?1 AND expires_at > ?2) FROM sessions WHERE session_id = ?1"
 )
 _DELETE_SESSION = "DELETE FROM sessions WHERE session_id = ? AND owner = ?"
 # What a session holds, counted only when it goes (its rows are visited by the delete anyway),
@@ -138,19 +159,21 @@ _LIST_AFTER = (
     "ORDER BY session_id DESC LIMIT ?"
 )
 
-# One statement a message: its seq is the next one, looked up through the primary key in
-# the same statement (executemany runs it per row, each one seeing the rows before it). A
-# scalar subquery, not INSERT ... SELECT, which would copy through a temporary table.
-_APPEND_MESSAGE = {
-    "full": "INSERT INTO history_full (session_id, seq, message) VALUES (?1, "
-    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = ?1), ?2)",
-    "compacted": "INSERT INTO history_compacted (session_id, seq, message) VALUES (?1, "
-    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = ?1), ?2)",
-}
+# A session's heads when the writer has no current copy of them (`_Heads`): the next seq of
+# each of its logs, each found through its primary key.
+_SESSION_HEADS = (
+    "SELECT (SELECT COALESCE(MAX(seq) + 1, 0) FROM history_full WHERE session_id = ?1), "
+    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = ?1), "
+    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = ?1)"
+)
+_NEXT_COMPACTED = "SELECT COALESCE(MAX(seq) + 1, 0) FROM history_compacted WHERE session_id = ?"
+# Multi-row INSERTs: the statement for n rows is built once from these and `_values` (the
+# statement text never holds a value).
 _INSERT_MESSAGE = {
-    "full": "INSERT INTO history_full (session_id, seq, message) VALUES (?, ?, ?)",
-    "compacted": "INSERT INTO history_compacted (session_id, seq, message) VALUES (?, ?, ?)",
+    "full": "INSERT INTO history_full (session_id, seq, message) VALUES ",
+    "compacted": "INSERT INTO history_compacted (session_id, seq, message) VALUES ",
 }
+_INSERT_MEMORY_LOG = "INSERT INTO guardian_memory_log (session_id, seq, record) VALUES "
 _SELECT_HISTORY = {
     "full": "SELECT message FROM history_full WHERE session_id = ? ORDER BY seq",
     "compacted": "SELECT message FROM history_compacted WHERE session_id = ? ORDER BY seq",
@@ -183,10 +206,6 @@ _UPSERT_MEMORY = (
 )
 _SELECT_MEMORY = "SELECT memory FROM guardian_memory WHERE session_id = ?"
 _CLEAR_MEMORY_LOG = "DELETE FROM guardian_memory_log WHERE session_id = ?"
-_APPEND_MEMORY_LOG = (
-    "INSERT INTO guardian_memory_log (session_id, seq, record) VALUES (?1, "
-    "(SELECT COALESCE(MAX(seq) + 1, 0) FROM guardian_memory_log WHERE session_id = ?1), ?2)"
-)
 _SELECT_MEMORY_LOG = "SELECT record FROM guardian_memory_log WHERE session_id = ? ORDER BY seq"
 _STATE_SIZE = "SELECT length(value) FROM agent_state WHERE session_id = ? AND key = ?"
 _DROPPED_SIZE = (
@@ -198,11 +217,14 @@ _ADD_USAGE = (
     "INSERT INTO owner_usage (owner, sessions, stored_bytes) VALUES (?1, ?2, ?3) "
     "ON CONFLICT (owner) DO UPDATE SET sessions = sessions + ?2, stored_bytes = stored_bytes + ?3"
 )
+# The same, returning the owner's stored bytes as this transaction leaves them: once per
+# owner (`_Known.usage` adds after that).
+_ADD_USAGE_RETURNING = _ADD_USAGE + " RETURNING stored_bytes"
 
 _LAST_AUDIT = "SELECT seq, hash FROM audit_entries WHERE chain = ? ORDER BY seq DESC LIMIT 1"
 _CHAIN_HEAD = "SELECT head_seq, head_hash FROM audit_chains WHERE chain = ?"
 _MOVE_CHAIN_HEAD = "UPDATE audit_chains SET head_seq = ?, head_hash = ? WHERE chain = ?"
-_INSERT_AUDIT = "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) VALUES (?, ?, ?, ?, ?)"
+_INSERT_AUDIT = "INSERT INTO audit_entries (chain, seq, at_ms, entry, hash) VALUES "
 _SELECT_AUDIT = "SELECT entry FROM audit_entries WHERE chain = ? AND seq > ? ORDER BY seq LIMIT ?"
 # A session id used again (tests do) continues its old chain rather than forking it.
 _OPEN_CHAIN = (
@@ -234,22 +256,26 @@ _MOVE_CHAIN_START = "UPDATE audit_chains SET start_seq = ?, start_hash = ? WHERE
 # The turn lease (only with `shared_leases`: several worker processes on one file). Each
 # statement runs in a BEGIN IMMEDIATE transaction, so writers in every process see each
 # other's leases in order; times are unix ms from the one machine's clock.
-_TAKE_LEASE = (
-    "INSERT INTO turn_leases (session_id, turn_id, expires_at, owner) VALUES (?1, ?2, ?3, ?4) "
-    "ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
+# Taken: one row of the session's version, the owner's stored bytes and (with a per-owner
+# turn limit) the owner's other live leases, read in the same statement; else no row.
+_TAKE_LEASE_FIRST = (
+    "INSERT INTO turn_leases (session_id, turn_id, expires_at, owner) "
+    "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (session_id) DO UPDATE SET turn_id = excluded.turn_id, "
     "expires_at = excluded.expires_at, owner = excluded.owner "
-    "WHERE turn_leases.expires_at <= ?5 OR turn_leases.turn_id = ?2"
+    "WHERE turn_leases.expires_at <= ?5 OR turn_leases.turn_id = ?2 "
+    "RETURNING (SELECT version FROM sessions WHERE session_id = ?1), "
+    "(SELECT stored_bytes FROM owner_usage WHERE owner = ?4), "
 )
-_LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = ? AND expires_at > ?"
 _LIVE_TURNS = (
-    "SELECT COUNT(*) FROM turn_leases WHERE owner = ? AND expires_at > ? AND session_id <> ?"
+    "(SELECT COUNT(*) FROM turn_leases AS other WHERE other.owner = ?4 "
+    "AND other.expires_at > ?5 AND other.session_id <> ?1)"
 )
+# counted (a per-owner turn limit) -> the statement
+_TAKE_LEASE = {False: _TAKE_LEASE_FIRST + "0", True: _TAKE_LEASE_FIRST + _LIVE_TURNS}
+_LEASE_HOLDER = "SELECT turn_id FROM turn_leases WHERE session_id = ? AND expires_at > ?"
 _RENEW_LEASE = "UPDATE turn_leases SET expires_at = ? WHERE session_id = ? AND turn_id = ?"
 _RELEASE_LEASE = "DELETE FROM turn_leases WHERE session_id = ? AND turn_id = ?"
 _DROP_LEASE = "DELETE FROM turn_leases WHERE session_id = ?"
-# Every step committed to a session counts (`SessionStore.claim_turn`).
-_BUMP_VERSION = "UPDATE sessions SET version = version + 1 WHERE session_id = ?"
-_SESSION_VERSION = "SELECT version FROM sessions WHERE session_id = ?"
 
 
 _CALLER_HEAD = (
@@ -389,75 +415,297 @@ _Body = Callable[[sqlite3.Connection], Any]
 # A write waiting for the writer thread: its body, about the bytes it stores, its caller's future.
 _Queued = tuple[_Body, int, "asyncio.Future[Any]"]
 
+# How many sessions' heads and owners' stored bytes the writer keeps (the least recently
+# written go first; one forgotten costs its next step a read: two statements for a session,
+# one for an owner). About 400 bytes a session: 4 MB at most.
+KNOWN_SESSIONS = 10_000
+KNOWN_OWNERS = 10_000
 
-def _group_transaction(conn: sqlite3.Connection, bodies: Sequence[_Body]) -> list[_Outcome]:
-    """Run `bodies` in order in one BEGIN IMMEDIATE ... COMMIT, each in a savepoint of its own
-    (a body that raises is rolled back alone and its outcome is the exception). Raises, with
-    nothing of the group stored, if the transaction itself fails: BEGIN, COMMIT, or an error
-    after which SQLite has rolled the whole transaction back (full disk, I/O)."""
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_MISSING: Any = object()
+
+
+class _Layered(Generic[_K, _V]):
+    """A dict of what the database holds, kept by the writer thread and changed only as the
+    transactions that change the database commit: a write's own changes (`step`) join its
+    group's when its savepoint is kept (`release`) and are dropped when it is rolled back
+    (`undo`); the group's reach `committed` after COMMIT (`commit`), or nowhere (`abort`).
+    A value None forgets the key. `committed` may be read from the event loop (dict reads
+    are atomic); it only ever holds what a committed transaction left."""
+
+    __slots__ = ("committed", "group", "limit", "step")
+
+    def __init__(self, limit: int) -> None:
+        self.committed: dict[_K, _V] = {}
+        self.group: dict[_K, _V | None] = {}
+        self.step: dict[_K, _V | None] = {}
+        self.limit = limit
+
+    def get(self, key: _K) -> _V | None:
+        value = self.step.get(key, _MISSING)
+        if value is _MISSING:
+            value = self.group.get(key, _MISSING)
+            if value is _MISSING:
+                return self.committed.get(key)
+        return cast("_V | None", value)
+
+    def put(self, key: _K, value: _V | None) -> None:
+        self.step[key] = value
+
+    def release(self) -> None:
+        if self.step:
+            self.group.update(self.step)
+            self.step.clear()
+
+    def undo(self) -> None:
+        self.step.clear()
+
+    def commit(self) -> None:
+        self.release()
+        committed = self.committed
+        for key, value in self.group.items():
+            committed.pop(key, None)  # re-inserted last: the oldest written go first
+            if value is not None:
+                committed[key] = value
+        self.group.clear()
+        while len(committed) > self.limit:
+            del committed[next(iter(committed))]
+
+    def abort(self) -> None:
+        self.group.clear()
+        self.step.clear()
+
+
+class _Heads:
+    """What a step would otherwise read of its session, kept by the writer between steps:
+    the owner, the version and created_at the session's row had after the last step seen
+    (a step's first statement returns them: another process's write, or the session deleted
+    and created again, shows as a mismatch, and the heads are read again in that same
+    transaction), the next seq of each history and of the guardian memory log, and the
+    newest entry of its audit chain. Replaced, never changed in place (see `_Layered`)."""
+
+    __slots__ = ("audit", "compacted", "created_at", "full", "memory_log", "owner", "version")
+
+    def __init__(
+        self,
+        owner: str,
+        version: int,
+        created_at: int,
+        full: int,
+        compacted: int,
+        memory_log: int,
+        audit: tuple[int, str] | None,
+    ) -> None:
+        self.owner = owner
+        self.version = version
+        self.created_at = created_at
+        self.full = full
+        self.compacted = compacted
+        self.memory_log = memory_log
+        self.audit = audit
+
+    def copy(self) -> _Heads:
+        return _Heads(
+            self.owner,
+            self.version,
+            self.created_at,
+            self.full,
+            self.compacted,
+            self.memory_log,
+            self.audit,
+        )
+
+
+class _Known:
+    """What the writer thread knows the database holds without reading it: each session's
+    heads and (one process on the file) each owner's stored bytes, as the last transaction
+    that wrote them left them. With other processes on the file (`shared`) the heads are
+    checked against the session's row in every step, and stored bytes are not kept."""
+
+    __slots__ = ("heads", "shared", "usage")
+
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.heads: _Layered[str, _Heads] = _Layered(KNOWN_SESSIONS)
+        self.usage: _Layered[str, int] = _Layered(0 if shared else KNOWN_OWNERS)
+
+    def release(self) -> None:
+        self.heads.release()
+        self.usage.release()
+
+    def undo(self) -> None:
+        self.heads.undo()
+        self.usage.undo()
+
+    def commit(self) -> None:
+        self.heads.commit()
+        self.usage.commit()
+
+    def abort(self) -> None:
+        self.heads.abort()
+        self.usage.abort()
+
+
+def _group_transaction(
+    conn: sqlite3.Connection, known: _Known, bodies: Sequence[_Body]
+) -> list[_Outcome]:
+    """Run `bodies` in order in one BEGIN IMMEDIATE ... COMMIT, as if each were in a savepoint
+    of its own (a body that raises is rolled back alone and its outcome is the exception).
+    Raises, with nothing of the group stored, if the transaction itself fails: BEGIN, COMMIT,
+    or an error after which SQLite has rolled the whole transaction back (full disk, I/O).
+    `known` follows: what the bodies noted reaches it only with the COMMIT.
+
+    The bodies first run without savepoints (a savepoint costs two statements and a copy of
+    each page its body changes, and bodies seldom fail); if one raises, the transaction is
+    rolled back and the group runs again from the start, each body in a savepoint (a body
+    only reads and writes the database, so running it again is running it once)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if len(bodies) == 1:  # alone: the transaction is its savepoint (two statements fewer)
+        if len(bodies) == 1:  # alone: the transaction is its savepoint
             outcomes: list[_Outcome] = [(True, bodies[0](conn))]
         else:
-            outcomes = [_savepoint(conn, body) for body in bodies]
+            try:
+                outcomes = _all_or_nothing(conn, known, bodies)
+            except Exception:
+                known.abort()
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes = [_savepoint(conn, known, body) for body in bodies]
         conn.execute("COMMIT")
     except BaseException:
+        known.abort()
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    known.commit()
     return outcomes
 
 
-def _savepoint(conn: sqlite3.Connection, body: _Body) -> _Outcome:
+def _all_or_nothing(
+    conn: sqlite3.Connection, known: _Known, bodies: Sequence[_Body]
+) -> list[_Outcome]:
+    outcomes: list[_Outcome] = []
+    for body in bodies:
+        outcomes.append((True, body(conn)))
+        known.release()
+    return outcomes
+
+
+def _savepoint(conn: sqlite3.Connection, known: _Known, body: _Body) -> _Outcome:
     conn.execute("SAVEPOINT write")
     try:
         result = body(conn)
     except Exception as error:
+        known.undo()
         if not conn.in_transaction:  # SQLite ended the transaction: the whole group is lost
             raise
         conn.execute("ROLLBACK TO write")
         conn.execute("RELEASE write")
         return False, error
     conn.execute("RELEASE write")
+    known.release()
     return True, result
 
 
 def _locked_group_transaction(
-    lock: int | None, bodies: Sequence[_Body], conn: sqlite3.Connection
+    lock: int | None, known: _Known, bodies: Sequence[_Body], conn: sqlite3.Connection
 ) -> list[_Outcome]:
     """`_group_transaction`, under an exclusive flock shared by every worker on the file when
     there are several (`lock`): writers queue in the kernel and the next one wakes as soon as
     the last commits, instead of polling SQLite's write lock through the busy handler, which
     sleeps 1, 2, 5, 10 … ms between tries (measured: p99 2x with 2 workers under load)."""
     if lock is None:
-        return _group_transaction(conn, bodies)
+        return _group_transaction(conn, known, bodies)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        return _group_transaction(conn, bodies)
+        return _group_transaction(conn, known, bodies)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+# Rows per multi-row INSERT (at most 5 parameters a row: far below SQLite's 32,766).
+_ROWS_PER_INSERT = 200
+_VALUES: dict[tuple[str, int], str] = {}
+
+
+def _insert(conn: sqlite3.Connection, head: str, width: int, params: list[Any]) -> None:
+    """One INSERT of `params` (rows of `width` values, flattened) after `head` ("... VALUES ");
+    the statement for each row count is built once."""
+    rows_left = len(params) // width
+    start = 0
+    while rows_left:
+        rows = min(rows_left, _ROWS_PER_INSERT)
+        sql = _VALUES.get((head, rows))
+        if sql is None:
+            row = "(" + ", ".join("?" * width) + ")"
+            sql = _VALUES[head, rows] = head + ", ".join([row] * rows)
+        end = start + rows * width
+        conn.execute(sql, params[start:end] if start or end < len(params) else params)
+        start, rows_left = end, rows_left - rows
+
+
 def _append(
-    conn: sqlite3.Connection, kind: HistoryKind, session_id: str, messages: Sequence[bytes]
+    conn: sqlite3.Connection, head: str, session_id: str, seq: int, values: Sequence[bytes]
+) -> int:
+    """Insert `values` at seqs from `seq` on; returns the next seq."""
+    params: list[Any] = []
+    for value in values:
+        params += (session_id, seq, value)
+        seq += 1
+    _insert(conn, head, 3, params)
+    return seq
+
+
+def _read_heads(
+    conn: sqlite3.Connection, session_id: str, owner: str, version: int, created_at: int
+) -> _Heads:
+    full, compacted, memory_log = conn.execute(_SESSION_HEADS, (session_id,)).fetchone()
+    return _Heads(
+        owner, version, created_at, full, compacted, memory_log, _audit_head(conn, session_id)
+    )
+
+
+def _commit_sync(
+    conn: sqlite3.Connection,
+    known: _Known,
+    session_id: str,
+    step: EncodedStep,
+    fence: TurnFence | None,
 ) -> None:
-    if messages:
-        conn.executemany(_APPEND_MESSAGE[kind], [(session_id, m) for m in messages])
-
-
-def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -> None:
-    conn.execute(_BUMP_VERSION, (session_id,))
-    found = conn.execute(_SESSION_OWNER, (session_id,)).fetchone()
-    if found is None:
-        raise KeyError(session_id)
-    owner: str = found[0]
-    if step.updates_session:
-        conn.execute(
-            _UPDATE_SESSION, (step.agent, step.set_tools, step.tools, step.pending, session_id)
-        )
+    updates = step.updates_session
+    params: tuple[Any, ...] = (session_id,)
+    if updates:
+        params = (session_id, step.agent, step.set_tools, step.tools, step.pending)
+    heads = known.heads.get(session_id)
+    if heads is not None and not known.shared:
+        # Only this process writes the file: the session is there (its deletion forgets its
+        # heads) and nobody reads its version (`claim_turn` reads none), so a step that
+        # changes nothing of its row does not touch it.
+        if updates:
+            conn.execute(_STEP_SESSION[True], params)
+        heads = heads.copy()
+    else:
+        if not conn.execute(_STEP_SESSION[updates], params).rowcount:
+            if fence is not None:
+                _check_fence_sync(conn, fence)
+            raise KeyError(session_id)
+        if fence is None:
+            row = conn.execute(_SESSION_ROW, (session_id,)).fetchone()
+        else:
+            row = conn.execute(_FENCED_SESSION_ROW, (session_id, now_ms())).fetchone()
+            if row[3] != fence.turn_id:
+                raise _lease_lost(fence, row[3])  # rolls the version's count back too
+        owner, version, created_at = row[0], row[1], row[2]
+        if heads is None or heads.version + 1 != version or heads.created_at != created_at:
+            heads = _read_heads(conn, session_id, owner, version, created_at)
+        else:
+            heads = heads.copy()
+            heads.version = version
     added = step.appended_bytes
-    _append(conn, "full", session_id, step.full)
+    if step.full:
+        heads.full = _append(conn, _INSERT_MESSAGE["full"], session_id, heads.full, step.full)
     if step.drop:
         seqs = [row[0] for row in conn.execute(_OLDEST_COMPACTED, (session_id, step.drop))]
         check_drop(step.drop, len(seqs))
@@ -465,32 +713,60 @@ def _commit_sync(conn: sqlite3.Connection, session_id: str, step: EncodedStep) -
         (dropped,) = conn.execute(_DROPPED_SIZE, (session_id, seqs[-1])).fetchone()
         added -= dropped
         conn.execute(_DROP_COMPACTED, (session_id, seqs[-1]))
-        # The replacement takes the smallest dropped seqs, so it stays in front.
-        conn.executemany(
-            _INSERT_MESSAGE["compacted"],
-            [(session_id, seq, m) for seq, m in zip(seqs, step.replacement, strict=False)],
+        # The replacement takes the smallest dropped seqs, so it stays in front; the next
+        # seq stays past every one left.
+        replaced: list[Any] = []
+        for seq, message in zip(seqs, step.replacement, strict=False):
+            replaced += (session_id, seq, message)
+        _insert(conn, _INSERT_MESSAGE["compacted"], 3, replaced)
+    if step.compacted:
+        heads.compacted = _append(
+            conn, _INSERT_MESSAGE["compacted"], session_id, heads.compacted, step.compacted
         )
-    _append(conn, "compacted", session_id, step.compacted)
     for key, value in step.state:
         old = conn.execute(_STATE_SIZE, (session_id, key)).fetchone()
         added += len(value) - (old[0] if old else 0)
     if step.state:
         conn.executemany(_UPSERT_STATE, [(session_id, k, v) for k, v in step.state])
     # The owner's bytes also hold the audit entries (which outlive the session).
-    added += _append_audit(conn, session_id, step.audit)
+    if step.audit:
+        rows = chain_rows(session_id, heads.audit, step.audit)
+        added += _insert_audit(conn, session_id, rows)
+        heads.audit = (rows[-1][1], rows[-1][4])
     if added:
-        conn.execute(_ADD_USAGE, (owner, 0, added))
+        _add_usage(conn, known, heads.owner, 0, added)
     if step.guardian_memory is not None:
-        _write_memory(conn, session_id, step.guardian_memory)
+        heads.memory_log = _write_memory(conn, session_id, step.guardian_memory, heads.memory_log)
+    known.heads.put(session_id, heads)
 
 
-def _write_memory(conn: sqlite3.Connection, session_id: str, memory: GuardianMemory) -> None:
-    """Store what the guardian's memory of a session gained (see `GuardianMemory`)."""
+def _add_usage(
+    conn: sqlite3.Connection, known: _Known, owner: str, sessions: int, stored_bytes: int
+) -> None:
+    if known.shared:  # not kept: other processes change it too
+        conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes))
+        return
+    used = known.usage.get(owner)
+    if used is None:
+        (used,) = conn.execute(_ADD_USAGE_RETURNING, (owner, sessions, stored_bytes)).fetchone()
+    else:
+        conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes))
+        used += stored_bytes
+    known.usage.put(owner, used)
+
+
+def _write_memory(
+    conn: sqlite3.Connection, session_id: str, memory: GuardianMemory, next_seq: int
+) -> int:
+    """Store what the guardian's memory of a session gained (see `GuardianMemory`), its
+    records from log seq `next_seq` on; returns the log's next seq."""
     if memory.snapshot is not None:
         conn.execute(_UPSERT_MEMORY, (session_id, memory.snapshot))
         conn.execute(_CLEAR_MEMORY_LOG, (session_id,))  # the records after it count from 0
+        next_seq = 0
     if memory.records:
-        conn.executemany(_APPEND_MEMORY_LOG, [(session_id, r) for r in memory.records])
+        next_seq = _append(conn, _INSERT_MEMORY_LOG, session_id, next_seq, memory.records)
+    return next_seq
 
 
 def _read_memory(conn: sqlite3.Connection, session_id: str) -> GuardianMemory | None:
@@ -510,34 +786,35 @@ def _take_lease_sync(
     max_turns: int,
     quota: StoreLimits | None = None,
 ) -> TurnClaim:
-    """Take the lease; once taken, in the same transaction, the session's version and (with
-    `quota`) the owner's stored-bytes check, which rolls the take back when it fails."""
+    """Take the lease; once taken, in the same statement, the session's version and the
+    owner's stored bytes and live turns, checked here (an error rolls the take back)."""
     now = now_ms()
-    taken = conn.execute(
-        _TAKE_LEASE, (session_id, turn_id, now + ttl_ms, owner or None, now)
-    ).rowcount
-    if not taken:
+    params = (session_id, turn_id, now + ttl_ms, owner or None, now)
+    taken = conn.execute(_TAKE_LEASE[bool(max_turns)], params).fetchone()
+    if taken is None:
         holder = conn.execute(_LEASE_HOLDER, (session_id, now)).fetchone()
         return TurnClaim(holder=holder[0] if holder else "(finishing)", shared=True)
-    if max_turns:  # in the same write transaction: workers taking at once are serialised
-        (running,) = conn.execute(_LIVE_TURNS, (owner, now, session_id)).fetchone()
-        if running >= max_turns:
-            raise QuotaExceededError("turns", max_turns, running)  # rolls the take back
+    version, stored, running = taken
+    if max_turns and running >= max_turns:  # in the write transaction: workers are serialised
+        raise QuotaExceededError("turns", max_turns, running)  # rolls the take back
     if quota is not None:
-        _check_quota(conn, quota, owner, 0, 1)
-    found = conn.execute(_SESSION_VERSION, (session_id,)).fetchone()
-    return TurnClaim(shared=True, version=found[0] if found else None)
+        check_quota(quota, None if stored is None else (0, stored), 0, 1)
+    return TurnClaim(shared=True, version=version)
+
+
+def _lease_lost(fence: TurnFence, holder: str | None) -> LeaseLostError:
+    return LeaseLostError(
+        f"turn {fence.turn_id} no longer holds session {fence.session_id!r}"
+        f" (held by {holder or 'no turn'}); its step was not stored"
+    )
 
 
 def _check_fence_sync(conn: sqlite3.Connection, fence: TurnFence) -> None:
-    """In a step's own write transaction (no other process can take the lease before it
-    commits): refuse the step unless its turn still holds an unexpired lease."""
+    """In a write's own transaction (no other process can take the lease before it
+    commits): refuse the write unless its turn still holds an unexpired lease."""
     row = conn.execute(_LEASE_HOLDER, (fence.session_id, now_ms())).fetchone()
     if row is None or row[0] != fence.turn_id:
-        raise LeaseLostError(
-            f"turn {fence.turn_id} no longer holds session {fence.session_id!r}"
-            f" (held by {row[0] if row else 'no turn'}); its step was not stored"
-        )
+        raise _lease_lost(fence, row[0] if row else None)
 
 
 def _take_for_deletion_sync(conn: sqlite3.Connection, session_id: str) -> None:
@@ -548,19 +825,31 @@ def _take_for_deletion_sync(conn: sqlite3.Connection, session_id: str) -> None:
     conn.execute(_DROP_LEASE, (session_id,))
 
 
+def _audit_head(conn: sqlite3.Connection, chain: str) -> tuple[int, str] | None:
+    """The (seq, hash) of the entry the chain's next one follows; None for an empty chain.
+    Chained from the chain's recorded head (entries deleted from the end leave a gap that
+    `audit verify` reports); a chain with no row yet, from its last entry."""
+    head = conn.execute(_CHAIN_HEAD, (chain,)).fetchone()
+    last = head if head is not None else conn.execute(_LAST_AUDIT, (chain,)).fetchone()
+    return None if last is None or last[0] < 0 else (last[0], last[1])
+
+
+def _insert_audit(conn: sqlite3.Connection, chain: str, rows: list[AuditRow]) -> int:
+    """Store chained entries and move the chain's head to the last; returns their bytes."""
+    params: list[Any] = []
+    for row in rows:
+        params += row
+    _insert(conn, _INSERT_AUDIT, 5, params)
+    conn.execute(_MOVE_CHAIN_HEAD, (rows[-1][1], rows[-1][4], chain))
+    return sum(len(row[3]) for row in rows)
+
+
 def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDraft]) -> int:
     """Chain each entry to the last one stored (one indexed lookup, not a scan); returns the
     bytes stored, which the caller counts towards the owner's until they are pruned."""
     if not drafts:
         return 0
-    head = conn.execute(_CHAIN_HEAD, (chain,)).fetchone()
-    # Chained from the chain's recorded head (entries deleted from the end leave a gap that
-    # `audit verify` reports); a chain with no row yet, from its last entry.
-    last = head if head is not None else conn.execute(_LAST_AUDIT, (chain,)).fetchone()
-    rows = chain_rows(chain, None if last is None or last[0] < 0 else last, drafts)
-    conn.executemany(_INSERT_AUDIT, rows)
-    conn.execute(_MOVE_CHAIN_HEAD, (rows[-1][1], rows[-1][4], chain))
-    return sum(len(row[3]) for row in rows)
+    return _insert_audit(conn, chain, chain_rows(chain, _audit_head(conn, chain), drafts))
 
 
 def _check_quota(
@@ -570,38 +859,42 @@ def _check_quota(
         check_quota(limits, conn.execute(_USAGE, (owner,)).fetchone(), new_sessions, new_bytes)
 
 
-def _delete_sync(conn: sqlite3.Connection, session_id: str, owner: str) -> bool:
+def _delete_sync(conn: sqlite3.Connection, known: _Known, session_id: str, owner: str) -> bool:
     (size,) = conn.execute(_SESSION_SIZE, (session_id,)).fetchone()
     if not conn.execute(_DELETE_SESSION, (session_id, owner)).rowcount:
         return False
-    conn.execute(_ADD_USAGE, (owner, -1, -size))
+    _add_usage(conn, known, owner, -1, -size)
     conn.execute(_END_CHAIN, (now_ms(), session_id))
+    known.heads.put(session_id, None)
     return True
 
 
-def _drop_entries(conn: sqlite3.Connection, owner: str, sql: str, params: tuple[Any, ...]) -> int:
+def _drop_entries(
+    conn: sqlite3.Connection, known: _Known, owner: str, sql: str, params: tuple[Any, ...]
+) -> int:
     """Run a DELETE of audit entries; give their bytes back to `owner`; how many went."""
     sizes = conn.execute(sql, params).fetchall()
-    conn.execute(_ADD_USAGE, (owner, 0, -sum(size for (size,) in sizes)))
+    _add_usage(conn, known, owner, 0, -sum(size for (size,) in sizes))
     return len(sizes)
 
 
-def _prune_sync(conn: sqlite3.Connection, before_ms: int, batch: int) -> int:
+def _prune_sync(conn: sqlite3.Connection, known: _Known, before_ms: int, batch: int) -> int:
     removed = 0
     for chain, owner in conn.execute(_ENDED_CHAINS, (before_ms, batch)).fetchall():
-        removed += _drop_entries(conn, owner, _DROP_CHAIN_ENTRIES, (chain,))
+        removed += _drop_entries(conn, known, owner, _DROP_CHAIN_ENTRIES, (chain,))
         removed += conn.execute(_DROP_CHAIN, (chain,)).rowcount
     for chain, owner in conn.execute(_CALLER_CHAINS).fetchall():
         oldest = conn.execute(_OLDEST_ENTRIES, (chain, batch + 1)).fetchall()
         if through := prunable_through(oldest, batch, before_ms):
             last_seq, last_hash = through
-            removed += _drop_entries(conn, owner, _DROP_ENTRIES_THROUGH, (chain, last_seq))
+            removed += _drop_entries(conn, known, owner, _DROP_ENTRIES_THROUGH, (chain, last_seq))
             conn.execute(_MOVE_CHAIN_START, (last_seq + 1, last_hash, chain))
     return removed
 
 
 def _create_sync(
     conn: sqlite3.Connection,
+    known: _Known,
     limits: StoreLimits,
     row: SessionRow,
     seed: list[bytes],
@@ -616,14 +909,15 @@ def _create_sync(
     except sqlite3.IntegrityError as exc:
         raise ValueError(f"session {row[0]!r} already exists") from exc
     conn.execute(_OPEN_CHAIN, (session_id, owner, GENESIS_HASH))
-    rows = [(session_id, seq, m) for seq, m in enumerate(seed)]
-    conn.executemany(_INSERT_MESSAGE["full"], rows)
-    conn.executemany(_INSERT_MESSAGE["compacted"], rows)
+    _append(conn, _INSERT_MESSAGE["full"], session_id, 0, seed)
+    _append(conn, _INSERT_MESSAGE["compacted"], session_id, 0, seed)
     if audit:
         stored += _append_audit(conn, session_id, audit)
-    conn.execute(_ADD_USAGE, (owner, 1, stored))
-    if guardian_memory is not None:
-        _write_memory(conn, session_id, guardian_memory)
+    _add_usage(conn, known, owner, 1, stored)
+    if guardian_memory is not None:  # a new session's log is empty (ON DELETE CASCADE)
+        _write_memory(conn, session_id, guardian_memory, 0)
+    # The first step reads the heads (a session id used again continues its audit chain).
+    known.heads.put(session_id, None)
 
 
 def _history_page_sync(
@@ -766,6 +1060,20 @@ class SqliteSessionStore(SessionStore):
         self._committer: asyncio.Task[None] | None = None
         self._idle: asyncio.Future[None] | None = None  # close() waiting for the last write
         self.write_transactions = 0
+        self._known = _Known(shared_leases)  # the writer thread's (`usage.committed` aside)
+
+    def _under_quota(self, owner: str) -> bool:
+        """Whether `owner` is known to be under its stored-bytes quota without a read: with
+        one process on the file every change to the owner's counter is this writer's, and
+        `_Known.usage` holds what its last commit returned. A counter not known, or at the
+        quota, is read (a refusal always comes from the database)."""
+        limit = self._limits.max_stored_bytes
+        if not limit:
+            return True  # nothing to check (a turn never adds sessions)
+        if self.shared_leases:
+            return False
+        used = self._known.usage.committed.get(owner)
+        return used is not None and used + 1 <= limit
 
     # -- plumbing ---------------------------------------------------------------------------
     #
@@ -808,7 +1116,7 @@ class SqliteSessionStore(SessionStore):
             return await done
         self._writing = True
         try:
-            job = partial(_locked_group_transaction, self._writer_lock, [body])
+            job = partial(_locked_group_transaction, self._writer_lock, self._known, [body])
             ((_, result),) = await _call(db, conn, job)  # a lone body's error is raised
         finally:
             self._wrote(db, conn)
@@ -843,11 +1151,13 @@ class SqliteSessionStore(SessionStore):
         return group
 
     async def _commit_queued(self, db: aiosqlite.Connection, conn: sqlite3.Connection) -> None:
-        lock = self._writer_lock
+        lock, known = self._writer_lock, self._known
         try:
             while self._queued:
                 group = self._next_group()
-                job = partial(_locked_group_transaction, lock, [body for body, _, _ in group])
+                job = partial(
+                    _locked_group_transaction, lock, known, [body for body, _, _ in group]
+                )
                 try:
                     outcomes = await _call(db, conn, job)
                 except Exception as error:  # nothing of the group was stored
@@ -945,8 +1255,9 @@ class SqliteSessionStore(SessionStore):
         row = session_row(record)
         messages = [ENCODER.encode(m) for m in seed]
         limits = self._limits
+        known = self._known
         await self._write(
-            lambda conn: _create_sync(conn, limits, row, messages, audit, guardian_memory),
+            lambda conn: _create_sync(conn, known, limits, row, messages, audit, guardian_memory),
             2 * sum(map(len, messages)),
         )
 
@@ -979,14 +1290,15 @@ class SqliteSessionStore(SessionStore):
     async def delete_session(self, session_id: str, owner: str) -> bool:
         # Child rows go with it through ON DELETE CASCADE, in the same transaction; the audit
         # chain is only marked ended (pruned after the retention period).
+        known = self._known
         if not self.shared_leases:
-            return await self._write(lambda conn: _delete_sync(conn, session_id, owner))
+            return await self._write(lambda conn: _delete_sync(conn, known, session_id, owner))
 
         def delete(conn: sqlite3.Connection) -> bool:
             if conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone() is None:
                 return False
             _take_for_deletion_sync(conn, session_id)
-            return _delete_sync(conn, session_id, owner)
+            return _delete_sync(conn, known, session_id, owner)
 
         return await self._write(delete)
 
@@ -1010,12 +1322,14 @@ class SqliteSessionStore(SessionStore):
 
     async def load_turn(self, session_id: str, owner: str) -> TurnSnapshot | None:
         limits = self._limits
+        checked = self._under_quota(owner)
 
         def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any], Any] | None:
             row = conn.execute(_SELECT_SESSION, (session_id, owner)).fetchone()
             if row is None:
                 return None
-            _check_quota(conn, limits, owner, 0, 1)  # at the quota: no turn may add more
+            if not checked:  # at the quota: no turn may add more
+                _check_quota(conn, limits, owner, 0, 1)
             history = conn.execute(_SELECT_HISTORY["compacted"], (session_id,)).fetchall()
             state = conn.execute(_SELECT_STATE, (session_id,)).fetchall()
             return row, history, state, _read_memory(conn, session_id)
@@ -1033,17 +1347,13 @@ class SqliteSessionStore(SessionStore):
 
     async def commit(self, session_id: str, write: StepWrite) -> None:
         step = encode_step(write)
-        size = step.appended_bytes
         fence = turn_fence.get() if self.shared_leases else None
-        if fence is None or fence.session_id != session_id:
-            await self._write(lambda conn: _commit_sync(conn, session_id, step), size)
-            return
-
-        def fenced(conn: sqlite3.Connection) -> None:
-            _check_fence_sync(conn, fence)
-            _commit_sync(conn, session_id, step)
-
-        await self._write(fenced, size)
+        if fence is not None and fence.session_id != session_id:
+            fence = None
+        known = self._known
+        await self._write(
+            lambda conn: _commit_sync(conn, known, session_id, step, fence), step.appended_bytes
+        )
 
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         if limit < 1:
@@ -1067,12 +1377,12 @@ class SqliteSessionStore(SessionStore):
     async def append_audit(self, chain: str, owner: str, drafts: Sequence[AuditDraft]) -> None:
         if not drafts:
             return
-        limits = self._limits
+        limits, known = self._limits, self._known
 
         def append(conn: sqlite3.Connection) -> None:
             conn.execute(_OPEN_CALLER_CHAIN, (chain, owner, GENESIS_HASH))
             _check_quota(conn, limits, owner, 0, 1)  # at the quota: no more verdicts given
-            conn.execute(_ADD_USAGE, (owner, 0, _append_audit(conn, chain, drafts)))
+            _add_usage(conn, known, owner, 0, _append_audit(conn, chain, drafts))
 
         await self._write(append)
 
@@ -1094,7 +1404,8 @@ class SqliteSessionStore(SessionStore):
         ]
 
     async def prune_audit(self, before_ms: int, batch: int = 1000) -> int:
-        return await self._write(lambda conn: _prune_sync(conn, before_ms, batch))
+        known = self._known
+        return await self._write(lambda conn: _prune_sync(conn, known, before_ms, batch))
 
     async def load_caller_memory(
         self, caller: str, session_id: str, after: int | None = None
@@ -1131,9 +1442,9 @@ class SqliteSessionStore(SessionStore):
     ) -> TurnClaim:
         limits = self._limits
         if not self.shared_leases:
-            if check_quota and limits.max_stored_bytes:  # one indexed row on the reader
+            if check_quota and limits.max_stored_bytes and not self._under_quota(owner):
                 await self._read(lambda conn: _check_quota(conn, limits, owner, 0, 1))
-            return TurnClaim()
+            return _UNSHARED_CLAIM
         ttl_ms = int(ttl_seconds * 1000)
         quota = limits if check_quota else None
         return await self._write(

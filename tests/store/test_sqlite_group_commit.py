@@ -1,7 +1,7 @@
 """Group commit in the SQLite store (issue 12): the writes queued while the writer thread is
-busy share one transaction, each in a savepoint of its own; none is answered before the
-COMMIT that holds it. And the statements a step costs. Counted on the real writer connection
-through SQLite's statement trace, checked in the real database file."""
+busy share one transaction (each in a savepoint of its own once one of them has failed);
+none is answered before the COMMIT that holds it. And the statements a step costs. Counted
+on the real writer connection through SQLite's statement trace, checked in the real file."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ..
         return conn.execute(sql, params).fetchall()
 
 
+# One statement of each step these tests commit (each appends to the full history) and of
+# each lease take.
+WRITE_STARTS = ("INSERT INTO history_full", "INSERT INTO turn_leases")
+
+
 class Trace:
     """The statements the writer connection runs, as SQLite reports them."""
 
@@ -42,17 +47,24 @@ class Trace:
         self.statements: list[str] = []
 
     def groups(self) -> list[int]:
-        """How many writes each committed transaction held (a lone write has no savepoint)."""
+        """How many writes each committed transaction held: its savepoints when its writes
+        ran in savepoints (after one of them failed), else its steps and lease takes (each
+        runs one of `WRITE_STARTS`); a lone write counts one."""
         sizes: list[int] = []
-        savepoints = 0
+        savepoints = starts = 0
         for sql in self.statements:
             if sql == "BEGIN IMMEDIATE":
-                savepoints = 0
+                savepoints = starts = 0
             elif sql == "SAVEPOINT write":
                 savepoints += 1
+            elif sql.startswith(WRITE_STARTS):
+                starts += 1
             elif sql == "COMMIT":
-                sizes.append(max(savepoints, 1))
+                sizes.append(max(savepoints or starts, 1))
         return sizes
+
+    def savepoints(self) -> int:
+        return self.statements.count("SAVEPOINT write")
 
 
 async def traced(store: SqliteSessionStore) -> Trace:
@@ -104,6 +116,7 @@ async def test_concurrent_commits_share_one_transaction_and_all_land(
     )
 
     assert trace.groups() == [1, 32]  # two transactions, where each write was one before
+    assert trace.savepoints() == 0  # none failed: none needed a savepoint
     assert store.write_transactions == 30 + 2  # and one per awaited create_session
     # Acknowledged means committed: the file, read past the store, has every step.
     path = str(tmp_path / "s.db")
@@ -147,6 +160,9 @@ async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
     assert "drops 5" in str(outcomes[1])
     assert isinstance(outcomes[2], KeyError)
     assert trace.groups() == [1, 4]
+    # Run once without savepoints, rolled back at the first failure, run again in them.
+    assert trace.statements.count("ROLLBACK") == 1
+    assert trace.savepoints() == 4
     assert texts(await store.load_history(good.session_id, "full")) == ["seed", "kept", "kept"]
     assert texts(await store.load_history(other.session_id, "full")) == [
         "seed",
@@ -336,7 +352,7 @@ async def test_a_cancelled_callers_write_still_commits_with_its_group(
     assert texts(await store.load_history(record.session_id, "compacted")) == ["a", "b"]
 
 
-async def test_a_step_appends_each_row_in_one_statement_with_no_lookup_beside(
+async def test_a_step_appends_each_tables_rows_in_one_statement_and_reads_nothing(
     store: SqliteSessionStore,
 ) -> None:
     record = new_record()
@@ -355,10 +371,20 @@ async def test_a_step_appends_each_row_in_one_statement_with_no_lookup_beside(
     def touching(table: str) -> list[str]:
         return [sql for sql in trace.statements if f" {table} " in f"{sql} "]
 
-    # One statement a row written (the next seq is looked up inside it), no SELECT beside.
-    assert len(touching("history_full")) == 2, touching("history_full")
-    assert len(touching("history_compacted")) == 2, touching("history_compacted")
-    assert len(touching("guardian_memory_log")) == 2, touching("guardian_memory_log")
+    # One INSERT a table for all of its rows, and nothing read: the next seqs were known
+    # from the step before, and (one process on the file) the session's row is not touched
+    # by a step that changes nothing of it: the whole step is BEGIN, an INSERT a table, COMMIT.
+    assert len(touching("history_full")) == 1, touching("history_full")
+    assert len(touching("history_compacted")) == 1, touching("history_compacted")
+    assert len(touching("guardian_memory_log")) == 1, touching("guardian_memory_log")
+    assert [" ".join(sql.split(" ")[:3]) for sql in trace.statements] == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO history_full",
+        "INSERT INTO history_compacted",
+        "INSERT INTO owner_usage",  # the owner's stored bytes
+        "INSERT INTO guardian_memory_log",
+        "COMMIT",
+    ], trace.statements
     assert texts(await store.load_history(record.session_id, "full")) == ["seed", "q", "a"]
     assert texts(await store.load_history(record.session_id, "compacted")) == ["seed", "q", "a"]
     snapshot = await store.load_turn(record.session_id, "alice")
