@@ -1,0 +1,176 @@
+"""The fixed cost of a guardian check: its shortcuts give what the plain way gives.
+
+Each shortcut taken on the commonest steps (texts read straight from the request, rules
+looked up by method) is checked against the computation it replaces, on generated steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aap_server import aos
+from aap_server.guardian import content
+from aap_server.guardian.content import ViewTooLarge, view_of
+from aap_server.guardian.policy import Policy, parse_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian, _Families
+from aap_server.runtime.principal import Principal
+from aap_server.runtime.steps import StepFactory, aos_agent
+from agents.demo import AGENT as DEMO
+
+STEPS = StepFactory(
+    agent=aos_agent(DEMO, []),
+    session_id="sess_cost",
+    turn_id="turn_cost",
+    principal=Principal(user_id="u", org_id="o"),
+)
+
+_text = st.lists(st.sampled_from(["a", "b", " ", "é", "1", "-", "_", "\n", "<", "x" * 20])).map(
+    "".join
+)
+_metadata = st.none() | st.dictionaries(_text, _text | st.integers(), max_size=2)
+_name = st.sampled_from(["to", "body", "subject", "a-b", "x" * 16, "kind", "name", "1st", ""])
+_value: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_name | _text, inner, max_size=3),
+    max_leaves=6,
+)
+_text_part = st.builds(aos.TextPart, text=_text, metadata=_metadata)
+_part = (
+    _text_part
+    | st.builds(aos.DataPart, data=st.dictionaries(_name, _value, max_size=2), metadata=_metadata)
+    | st.builds(aos.FilePart, file=st.builds(aos.FileContent, uri=_text, name=st.none() | _text))
+)
+
+
+def _message(role: str, parts: list[aos.Part], metadata: dict[str, Any] | None) -> aos.AosRequest:
+    step = STEPS.message(role, "x")
+    message = msgspec.structs.replace(step.params.message, content=parts, metadata=metadata)
+    params = msgspec.structs.replace(step.params, message=message)
+    return msgspec.structs.replace(step, params=params)
+
+
+def _result(parts: list[aos.TextPart]) -> aos.AosRequest:
+    step = STEPS.tool_call_result("call_1", "x", False)
+    result = aos.ToolCallResult(outputs=parts, is_error=False)
+    return msgspec.structs.replace(step, params=msgspec.structs.replace(step.params, result=result))
+
+
+def _call(arguments: list[tuple[str, Any, str | None]]) -> aos.AosRequest:
+    step = STEPS.tool_call_request("call_1", "send_email", {})
+    inputs = [aos.ToolArgumentValue(name=n, value=v, id=i) for n, v, i in arguments]
+    call = msgspec.structs.replace(step.params.tool_call_request, inputs=inputs)
+    params = msgspec.structs.replace(step.params, tool_call_request=call)
+    return msgspec.structs.replace(step, params=params)
+
+
+_requests = st.one_of(
+    st.builds(
+        _message,
+        st.sampled_from(["user", "agent"]),
+        st.lists(_text_part, max_size=3) | st.lists(_part, max_size=3),
+        _metadata,
+    ),
+    st.builds(_result, st.lists(_text_part, max_size=3)),
+    st.builds(
+        _call,
+        st.lists(st.tuples(_name, _value | _text, st.none() | _text), max_size=3)
+        | st.lists(st.tuples(st.sampled_from(["to", "body"]), _text, st.none() | _text)),
+    ),
+)
+
+
+def _walked(request: aos.AosRequest, max_strings: int | None = None) -> list[str]:
+    """What the walk over the request's content paths finds (the way every step was read)."""
+    return content._texts(content._normalized(request), max_strings)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_requests, st.none() | st.integers(0, 3))
+def test_a_steps_texts_read_directly_are_those_the_walk_finds(
+    request: aos.AosRequest, max_strings: int | None
+) -> None:
+    try:
+        expected: list[str] | ViewTooLarge = _walked(request, max_strings)
+    except ViewTooLarge as too_large:
+        expected = too_large
+    try:
+        found: list[str] | ViewTooLarge = view_of(request, max_strings=max_strings).texts
+    except ViewTooLarge as too_large:
+        found = too_large
+    if isinstance(expected, ViewTooLarge):
+        assert isinstance(found, ViewTooLarge)
+    else:
+        assert found == expected
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        STEPS.message("user", "hello there"),
+        STEPS.tool_call_result("call_1", "a result", False),
+        STEPS.tool_call_request("call_1", "send_email", {"to": "a@b.example", "body": "hi"}),
+    ],
+)
+def test_the_commonest_steps_are_read_without_walking(
+    request_: aos.AosRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message, a tool result and a tool call of plain strings cost no walk of the request
+    (the walk converted the whole request to builtins and visited every key)."""
+    expected = _walked(request_)
+    walks: list[object] = []
+    monkeypatch.setattr(content, "_texts", lambda *args: walks.append(args) or [])
+    assert view_of(request_).texts == expected
+    assert walks == []
+
+
+_METHODS = [*content.CONTENT_PATHS, "steps/unknown"]
+
+
+def _policy(rules: list[tuple[list[str] | None, bool, str]]) -> Policy:
+    text = "version = 1\n" + "".join(
+        f'[[rules]]\nid = "r{n}"\naction = "{action}"\nreason_code = "c{n}"\n'
+        + f"enabled = {str(on).lower()}\n"
+        + (f"match.method = {methods!r}\n".replace("'", '"') if methods is not None else "")
+        for n, (methods, on, action) in enumerate(rules)
+    )
+    return parse_policy(text.encode())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.lists(st.sampled_from(_METHODS[:-1]), min_size=1, max_size=3),
+            st.booleans(),
+            st.sampled_from(["allow", "deny", "require_approval"]),
+        ),
+        max_size=8,
+    )
+)
+def test_the_rules_a_check_visits_are_every_enabled_rule_its_method_can_match(
+    rules: list[tuple[list[str] | None, bool, str]],
+) -> None:
+    policy = _policy(rules)
+    families = _Families(policy)
+    for method in _METHODS:
+        expected = [
+            r
+            for r in policy.rules
+            if r.enabled and (r.match.method is None or method in r.match.method)
+        ]
+        assert list(families.rules(method)) == expected
+
+
+async def test_a_reloaded_policy_is_looked_up_by_its_own_rules() -> None:
+    """The rules by method are the policy's: after a reload a step meets the new rules."""
+    guardian = PolicyGuardian(_policy([(["steps/message"], True, "deny")]))
+    request = STEPS.message("user", "hello")
+    assert (await guardian.check(request)).decision == "deny"
+    guardian.replace_policy(_policy([(["steps/toolCallRequest"], True, "deny")]))
+    assert (await guardian.check(request)).decision == "allow"
+    guardian.replace_policy(_policy([(None, True, "deny")]))
+    assert (await guardian.check(request)).decision == "deny"
