@@ -42,7 +42,9 @@ def _add_in_order(
     """`ordered` (distinct) made the newest of `kept`, oldest forgotten past `limit` (then
     `evicted` is called): what a move to the end or an insertion per value, and a forgetting
     per value over the limit, leave. Returns the values `kept` already had."""
-    known = kept.keys() & ordered
+    # Looked up value by value: `kept.keys() & ordered` would copy all of `kept` (a step would
+    # cost what the session remembers, not what it adds).
+    known = set(filter(kept.__contains__, ordered))
     for value in known:
         del kept[value]
     kept.update(dict.fromkeys(ordered))

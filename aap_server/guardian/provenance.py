@@ -165,13 +165,15 @@ def _parts_prints(token: str) -> Collection[int]:
     # part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
     cut = word.encode("ascii").translate(_DELIMITERS_AS_QUOTE).decode("ascii").split('"')
     parts = set(map(str.strip, set(cut), itertools.repeat(_STRIP)))
-    return fingerprints(
-        [
-            (_normal(part) if "." in part or ":" in part else part).encode("ascii")
-            for part in parts
-            if len(part) >= MIN_VALUE_CHARS
-        ]
-    )
+    kept = [part for part in parts if len(part) >= MIN_VALUE_CHARS]
+    # Stripped and lower-case already, a part is changed by `_normal` only if it is a
+    # `mailto:` address or a decimal with a trailing zero: only such are passed to it (a JSON
+    # text has hundreds of parts with a dot or a colon, nearly none of which it changes).
+    odd = [part for part in kept if part[-1] == "0" or part[0] == "m"]
+    if odd:
+        kept = [part for part in kept if part[-1] != "0" and part[0] != "m"]
+        kept += map(_normal, odd)
+    return fingerprints(list(map(str.encode, kept)))
 
 
 _DELIMITERS_AS_QUOTE = bytes.maketrans(_DELIMITERS.encode(), b'"' * len(_DELIMITERS))
