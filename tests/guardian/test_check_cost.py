@@ -5,6 +5,7 @@ looked up by method) is checked against the computation it replaces, on generate
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from aap_server import aos
 from aap_server.guardian import content
 from aap_server.guardian.content import ViewTooLarge, view_of
+from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.policy import Policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian, _Families
 from aap_server.runtime.principal import Principal
@@ -174,3 +176,54 @@ async def test_a_reloaded_policy_is_looked_up_by_its_own_rules() -> None:
     assert (await guardian.check(request)).decision == "allow"
     guardian.replace_policy(_policy([(None, True, "deny")]))
     assert (await guardian.check(request)).decision == "deny"
+
+
+class _OrderedJournal:
+    """What `Prints` journals, kept the plain way: an ordered set of the values added since
+    the last take, a value added again moved to the end, the oldest dropped past `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept: OrderedDict[int, None] = OrderedDict()
+
+    def add(self, value: int) -> None:
+        self.kept[value] = None
+        self.kept.move_to_end(value)
+        if len(self.kept) > self.limit:
+            self.kept.popitem(last=False)
+
+    def take(self) -> list[int]:
+        taken = list(self.kept)
+        self.kept.clear()
+        return taken
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.lists(
+        st.tuples(st.sampled_from(["add", "add_all", "take"]), st.lists(st.integers(0, 9))),
+        max_size=40,
+    ),
+)
+def test_the_values_added_since_the_last_take_are_those_an_ordered_set_keeps(
+    limit: int, operations: list[tuple[str, list[int]]]
+) -> None:
+    """`Prints` journals what was added as a list cut down now and then; what it hands out
+    is what an ordered set holding `limit` values would (the list may hold twice that)."""
+    prints, plain = Prints(limit), _OrderedJournal(limit)
+    for operation, values in operations:
+        if operation == "take":
+            assert prints.touched() == bool(plain.kept)
+            assert prints.take_touched() == plain.take()
+            continue
+        if operation == "add":
+            values = values[:1]
+            for value in values:
+                prints.add(value)
+        else:
+            prints.add_all(values)
+        for value in values:
+            plain.add(value)
+        assert len(prints._touched) <= 2 * limit  # bounded whatever is added
+    assert prints.take_touched() == plain.take()
