@@ -123,6 +123,8 @@ class Prints:
 
     def take_touched(self) -> list[int]:
         """The values added since the last call, in the order that rebuilds the set."""
+        if not self._touched:  # (the commonest case: most sets take in nothing in a step)
+            return []
         touched = _newest(self._touched, self.limit)
         self._touched = []
         return touched

@@ -17,6 +17,7 @@ from aap_server import aos
 from aap_server.guardian import content
 from aap_server.guardian.content import ViewTooLarge, view_of
 from aap_server.guardian.fingerprints import Prints
+from aap_server.guardian.memory import SessionFacts
 from aap_server.guardian.policy import Policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian, _Families
 from aap_server.runtime.principal import Principal
@@ -227,3 +228,21 @@ def test_the_values_added_since_the_last_take_are_those_an_ordered_set_keeps(
             plain.add(value)
         assert len(prints._touched) <= 2 * limit  # bounded whatever is added
     assert prints.take_touched() == plain.take()
+
+
+def test_records_read_back_are_recognised_by_their_bytes_and_others_are_not() -> None:
+    """A session's last export is recognised among records read back from the store (new
+    bytes objects, equal), by identity after that; different records are taken back."""
+    facts = SessionFacts()
+    facts.provenance.trusted.add_all([1, 2, 3])
+    first = facts.export().record
+    facts.provenance.trusted.add_all([4])
+    last = facts.export().record
+    stored = [bytes(bytearray(first)), bytes(bytearray(last))]
+    assert stored[-1] is not last
+    assert facts.matches(stored)
+    assert facts.matches(stored)  # (now by identity)
+    assert not facts.matches([stored[0], last[:-1] + b" "])
+    assert not facts.matches(stored[:1])
+    facts.provenance.trusted.add_all([5])
+    assert not facts.holds(stored)  # changed since
