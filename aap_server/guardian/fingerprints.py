@@ -7,7 +7,7 @@ import itertools
 import sys
 import zlib
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 
 
@@ -45,16 +45,19 @@ def _add_in_order(
     # Looked up value by value: `kept.keys() & ordered` would copy all of `kept` (a step would
     # cost what the session remembers, not what it adds).
     known = set(filter(kept.__contains__, ordered))
-    for value in known:
-        del kept[value]
-    kept.update(dict.fromkeys(ordered))
+    # Deleted and inserted by C-level passes (`_consume`), not a Python loop per value.
+    _consume(map(kept.__delitem__, known))
+    kept.update(zip(ordered, itertools.repeat(None)))
     excess = len(kept) - limit
     if excess > 0:
-        for value in list(itertools.islice(kept, excess)):
-            del kept[value]
+        _consume(map(kept.__delitem__, list(itertools.islice(kept, excess))))
         if evicted is not None:
             evicted()
     return known
+
+
+# Runs an iterator to its end, keeping nothing.
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
 
 class Prints:
