@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
-import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -68,6 +67,7 @@ from aap_server.guardian.policy import (
     Modify,
     Policy,
     Rule,
+    name_matches,
 )
 from aap_server.guardian.provenance import (
     AHEAD_INSTRUCTIONS_CHARS,
@@ -130,14 +130,7 @@ class RecentScans:
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
     if patterns is None:
         return True
-    return name is not None and any(_name_matches(name, p) for p in patterns)
-
-
-@functools.lru_cache(maxsize=4096)
-def _name_matches(name: str, pattern: str) -> bool:
-    """`fnmatchcase`, remembered: every step tests its tool and agent against every rule's
-    patterns, and both repeat."""
-    return fnmatch.fnmatchcase(name, pattern)
+    return name is not None and any(name_matches(name, p) for p in patterns)
 
 
 def _argument_value(arguments: dict[str, Any], path: str) -> tuple[bool, Any]:

@@ -28,7 +28,6 @@ a scan worker for a big step), so that `learn` on the event loop only merges fin
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import itertools
 import re
@@ -40,6 +39,7 @@ import msgspec
 
 from aap_server import aos
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
+from aap_server.guardian.policy import name_matches
 
 MAX_TRUSTED_PRINTS = 2048
 MAX_UNTRUSTED_PRINTS = 2048
@@ -385,7 +385,7 @@ def tool_facts(
                 trusted_output = metadata.get("trustedOutput") is True
                 break
     for declaration in declarations:
-        if fnmatch.fnmatchcase(name, declaration.name):
+        if name_matches(name, declaration.name):
             consequence = consequence or declaration.consequence
             targets = targets or tuple(declaration.targets)
             trusted_output = trusted_output or declaration.trusted_output
