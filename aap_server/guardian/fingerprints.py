@@ -42,9 +42,7 @@ def _add_in_order(
     """`ordered` (distinct) made the newest of `kept`, oldest forgotten past `limit` (then
     `evicted` is called): what a move to the end or an insertion per value, and a forgetting
     per value over the limit, leave. Returns the values `kept` already had."""
-    # Looked up value by value: `kept.keys() & ordered` would copy all of `kept` (a step would
-    # cost what the session remembers, not what it adds).
-    known = set(filter(kept.__contains__, ordered))
+    known = kept.keys() & ordered  # (looks up each of `ordered`: no copy of `kept`)
     # Deleted and inserted by C-level passes (`_consume`), not a Python loop per value.
     _consume(map(kept.__delitem__, known))
     kept.update(zip(ordered, itertools.repeat(None)))
