@@ -1,13 +1,13 @@
 """Per-step cost of the policy guardian with the shipped default policy.
 
-For typical steps (a 1 KB user message, a tool call with arguments, a 4 KB tool result, a
-tool call after it) it prints the median and p99 CPU time of one `check`, and the ratio to a
-bare `msgspec.json.decode` of the same request measured in the same run, then what the
-detectors and the session memory's fingerprints cost alone. Then it runs demo-agent turns
-in-process (SQLite on a temp file) and prints the share of the turn's time spent in guardian
-checks. Last, it starts a second aap-server process on
-loopback and prints what asking it as a remote guardian (after the in-process policy) adds to
-each step.
+For typical steps (a 96 B user message and agent reply, a 1 KB user message, a tool call
+with arguments, a 4 KB tool result, a tool call after it) it prints the median and p99 CPU
+time of one `check`, and the ratio to a bare `msgspec.json.decode` of the same request
+measured in the same run, then what the detectors and the session memory's fingerprints
+cost alone. Then it runs demo-agent turns in-process (SQLite on a temp file) and prints the
+share of the turn's time spent in guardian checks. Last, it starts a second aap-server
+process on loopback and prints what asking it as a remote guardian (after the in-process
+policy) adds to each step.
 
     python bench/guardian.py          # all of the above
     python bench/guardian.py --steps  # only the per-step figures, detectors and fingerprints
@@ -69,7 +69,7 @@ def prose(size: int, reference: int | None = None, words: str = WORDS) -> str:
 
 
 def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
-    """The three steps as sample `sample` sends them: each sample is its own turn, and 200
+    """The steps as sample `sample` sends them: each sample is its own turn, and 200
     samples share a session, so the per-turn and per-session tool call limits of the default
     policy never trip (the benchmark measures allowed steps, not the deny path). Each sample's
     texts are its own (a reference number first), as real steps' are: none is answered from
@@ -81,6 +81,10 @@ def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
         principal=Principal(user_id="bench", org_id="bench"),
     )
     return {
+        # A chat turn's two checks (issue 12's `none` turn): what a check costs beyond its
+        # text, the fixed part.
+        "user message, 96 B": steps.message("user", prose(96, sample)),
+        "agent reply, 96 B": steps.message("agent", prose(96, sample, NOTES)),
         "user message, 1 KB": steps.message("user", prose(1024, sample)),
         "tool call with arguments": steps.tool_call_request(
             "call_1",

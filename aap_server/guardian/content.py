@@ -158,10 +158,43 @@ def rewrite(request: aos.AosRequest, change: Callable[[str], str]) -> aos.AosReq
     return rewritten
 
 
+def _plain_texts(params: Any) -> list[str] | None:
+    """The texts `_texts` finds in the commonest steps, read straight from the structs: a
+    message or tool result of text parts without metadata, a tool call whose arguments are
+    strings under plain names. None for any other step (then the request is walked)."""
+    if isinstance(params, aos.MessageParams):
+        message = params.message
+        parts: list[Any] = message.content
+        if message.metadata:
+            return None
+    elif isinstance(params, aos.ToolCallResultParams):
+        parts = params.effective_result.outputs
+    elif isinstance(params, aos.ToolCallRequestParams):
+        texts = []
+        for argument in params.tool_call_request.inputs:
+            value = argument.value
+            if type(value) is not str or argument.id is not None or not _plain(argument.name):
+                return None
+            texts.append(value)
+        return texts
+    else:
+        return None
+    # Each part's `kind` is a naming field and a text part's only other string is its text.
+    if all(type(part) is aos.TextPart and part.metadata is None for part in parts):
+        return [part.text for part in parts]
+    return None
+
+
 def view_of(request: aos.AosRequest, *, max_strings: int | None = None) -> StepView:
     """What rules match on; `ViewTooLarge` once more than `max_strings` strings were walked
     (the caller then builds the view in a worker)."""
-    normalized = _normalized(request)
+    texts = _plain_texts(request.params)
+    if texts is not None:
+        if max_strings is not None and len(texts) > max_strings:
+            raise ViewTooLarge
+        normalized = request
+    else:
+        normalized = _normalized(request)
     params: Any = normalized.params
     context: aos.StepContext | None = getattr(params, "context", None)
     role = tool = execution_id = None
@@ -183,5 +216,5 @@ def view_of(request: aos.AosRequest, *, max_strings: int | None = None) -> StepV
         tool=tool,
         execution_id=execution_id,
         arguments=arguments,
-        texts=_texts(normalized, max_strings),
+        texts=_texts(normalized, max_strings) if texts is None else texts,
     )

@@ -7,7 +7,7 @@ import itertools
 import sys
 import zlib
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 
 
@@ -42,17 +42,20 @@ def _add_in_order(
     """`ordered` (distinct) made the newest of `kept`, oldest forgotten past `limit` (then
     `evicted` is called): what a move to the end or an insertion per value, and a forgetting
     per value over the limit, leave. Returns the values `kept` already had."""
-    known = kept.keys() & ordered
-    for value in known:
-        del kept[value]
-    kept.update(dict.fromkeys(ordered))
+    known = kept.keys() & ordered  # (looks up each of `ordered`: no copy of `kept`)
+    # Deleted and inserted by C-level passes (`_consume`), not a Python loop per value.
+    _consume(map(kept.__delitem__, known))
+    kept.update(zip(ordered, itertools.repeat(None)))
     excess = len(kept) - limit
     if excess > 0:
-        for value in list(itertools.islice(kept, excess)):
-            del kept[value]
+        _consume(map(kept.__delitem__, list(itertools.islice(kept, excess))))
         if evicted is not None:
             evicted()
     return known
+
+
+# Runs an iterator to its end, keeping nothing.
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
 
 class Prints:
@@ -67,8 +70,10 @@ class Prints:
         self.limit = limit
         self._prints: OrderedDict[int, None] = OrderedDict()
         self.saturated = False
-        # Only the newest `limit` matter: any older ones are forgotten again on the way.
-        self._touched: OrderedDict[int, None] = OrderedDict()
+        # Every value added since `take_touched`, in order, repeats included (cheaper to
+        # append to than a second ordered set); cut down to the newest `limit` distinct ones
+        # (`_newest`: any older are forgotten again on the way) when it holds twice that.
+        self._touched: list[int] = []
 
     def __len__(self) -> int:
         return len(self._prints)
@@ -78,13 +83,8 @@ class Prints:
 
     def add(self, value: int) -> bool:
         """Remember `value`; whether it was new."""
-        touched = self._touched
-        if value in touched:
-            touched.move_to_end(value)
-        else:
-            touched[value] = None
-            if len(touched) > self.limit:
-                touched.popitem(last=False)
+        self._touched.append(value)
+        self._trim_touched()
         if value in self._prints:
             self._prints.move_to_end(value)
             return False
@@ -102,7 +102,8 @@ class Prints:
         ordered.reverse()
         if not ordered:
             return False
-        _add_in_order(self._touched, ordered, self.limit)
+        self._touched += ordered
+        self._trim_touched()
         known = len(_add_in_order(self._prints, ordered, self.limit, self._evicted))
         return known < len(ordered)
 
@@ -123,6 +124,20 @@ class Prints:
 
     def take_touched(self) -> list[int]:
         """The values added since the last call, in the order that rebuilds the set."""
-        touched = list(self._touched)
-        self._touched.clear()
+        if not self._touched:  # (the commonest case: most sets take in nothing in a step)
+            return []
+        touched = _newest(self._touched, self.limit)
+        self._touched = []
         return touched
+
+    def _trim_touched(self) -> None:
+        if len(self._touched) > 2 * self.limit:
+            self._touched = _newest(self._touched, self.limit)
+
+
+def _newest(values: list[int], limit: int) -> list[int]:
+    """The newest `limit` distinct values, each where it last occurs, oldest first: what an
+    ordered set that moves a value added again to the end and holds `limit` keeps."""
+    newest = list(itertools.islice(dict.fromkeys(reversed(values)), limit))
+    newest.reverse()
+    return newest

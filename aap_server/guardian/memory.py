@@ -34,7 +34,6 @@ import base64
 import binascii
 import contextlib
 import functools
-import hashlib
 import itertools
 import re
 import urllib.parse
@@ -253,12 +252,6 @@ _taint_decoder = msgspec.json.Decoder(_Taint)
 MIN_LOG_BYTES = 16 * 1024
 
 
-def export_digest(memory: bytes) -> bytes:
-    """What tells an export apart from any other (cheaper than importing it: see
-    `SessionFacts.matches`)."""
-    return hashlib.blake2b(memory, digest_size=16).digest()
-
-
 def exported_tainted(memory: bytes) -> bool:
     """`SessionFacts.tainted()` of a whole export, without importing it; True if unreadable."""
     try:
@@ -300,6 +293,8 @@ class _Journaled(OrderedDict[_K, _V]):
 
     def take_touched(self) -> dict[_K, _V]:
         """The keys set since the last call (those still here), with their values."""
+        if not self._touched:
+            return {}
         changed = {key: self[key] for key in self._touched if key in self}
         self._touched.clear()
         return changed
@@ -336,13 +331,12 @@ class SessionFacts:
         self.untrusted_unprinted = False
         # What the store holds of this session as far as these facts know: the size of its
         # last whole record (None: none yet) and of the change records after it (see
-        # `MIN_LOG_BYTES`), how many records that is, and the last one (the bytes and their
-        # `export_digest`): records taken back that end the same are these facts (`matches`).
+        # `MIN_LOG_BYTES`), how many records that is, and the last one: records taken back
+        # that end the same are these facts (`matches`).
         self._whole_bytes: int | None = None
         self._log_bytes = 0
         self._count = 0
         self._last: bytes | None = None
-        self._last_digest: bytes | None = None
         # The last export was not stored: these facts know something the store does not.
         self._unstored = False
 
@@ -477,7 +471,7 @@ class SessionFacts:
         return MemoryExport(record=change, whole=False)
 
     def _exported(self, record: bytes) -> None:
-        self._last, self._last_digest = record, export_digest(record)
+        self._last = record
 
     def export_whole_next(self) -> None:
         """The last export was not stored: the next one stands for everything."""
@@ -487,13 +481,14 @@ class SessionFacts:
     def matches(self, records: Sequence[bytes]) -> bool:
         """Whether `records` are what these facts were last exported as or taken back from:
         as many, ending in the same record. O(1) for the records this process handed out
-        or read (compared by identity), else one digest of the last record."""
-        if not records or len(records) != self._count or self._last_digest is None:
+        or read (compared by identity), else one comparison of the last record's bytes (no
+        digest is taken of each record exported: most are never compared but by identity)."""
+        if not records or len(records) != self._count or self._last is None:
             return False
         last = records[-1]
         if last is self._last:
             return True
-        if export_digest(last) != self._last_digest:
+        if last != self._last:
             return False
         self._last = last  # the next comparison with the same records is by identity
         return True

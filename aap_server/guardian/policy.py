@@ -24,6 +24,7 @@ verdict. All matching `modify` rules apply, in file order. No matching rule: `de
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import re
 import tomllib
@@ -50,6 +51,13 @@ STEP_FINDINGS: dict[str, str] = {
 # The `_meta` key of an inbound MCP `tools/list` result naming the tools whose description or
 # schema changed since they were pinned (set by `aap_server.toolkits.mcp_tools`).
 MCP_PIN_CHANGED = "aap-server/pinChanged"
+
+
+@functools.lru_cache(maxsize=4096)
+def name_matches(name: str, pattern: str) -> bool:
+    """`fnmatchcase`, remembered: every step tests its tool and agent against every rule's
+    patterns and its tool against the `[[tools]]` declarations, and all of them repeat."""
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 class PolicyError(ValueError):

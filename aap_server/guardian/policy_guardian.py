@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
-import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -68,6 +67,7 @@ from aap_server.guardian.policy import (
     Modify,
     Policy,
     Rule,
+    name_matches,
 )
 from aap_server.guardian.provenance import (
     AHEAD_INSTRUCTIONS_CHARS,
@@ -130,14 +130,7 @@ class RecentScans:
 def _names_match(patterns: Sequence[str] | None, name: str | None) -> bool:
     if patterns is None:
         return True
-    return name is not None and any(_name_matches(name, p) for p in patterns)
-
-
-@functools.lru_cache(maxsize=4096)
-def _name_matches(name: str, pattern: str) -> bool:
-    """`fnmatchcase`, remembered: every step tests its tool and agent against every rule's
-    patterns, and both repeat."""
-    return fnmatch.fnmatchcase(name, pattern)
+    return name is not None and any(name_matches(name, p) for p in patterns)
 
 
 def _argument_value(arguments: dict[str, Any], path: str) -> tuple[bool, Any]:
@@ -294,11 +287,19 @@ class _Step:
 
 class _Families:
     """The detector families a step must be scanned for, by its method, under one policy
-    (worked out once per policy: a method no rule names gets those of the rules for any)."""
+    (worked out once per policy: a method no rule names gets those of the rules for any),
+    and the enabled rules that can match a step of each method, in the policy's order."""
 
     def __init__(self, policy: Policy) -> None:
         rules = [rule for rule in policy.rules if rule.enabled]
         methods = {m for rule in rules for m in rule.match.method or ()}
+        # A check visits only these (`_matches` tests the method again: a rule's other
+        # conditions are what decide among them).
+        self._any_rules = tuple(r for r in rules if r.match.method is None)
+        self._rules_by_method = {
+            method: tuple(r for r in rules if r.match.method is None or method in r.match.method)
+            for method in methods
+        }
         self._any = _families_of(r for r in rules if r.match.method is None)
         self._by_method = {
             method: _families_of(
@@ -317,6 +318,9 @@ class _Families:
 
     def __call__(self, method: str) -> tuple[Category, ...]:
         return self._by_method.get(method, self._any)
+
+    def rules(self, method: str) -> tuple[Rule, ...]:
+        return self._rules_by_method.get(method, self._any_rules)
 
 
 def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
@@ -552,7 +556,7 @@ class PolicyGuardian(Guardian):
                 step.findings = step.findings + _placeholder_findings(view.texts, facts)
             elif view.method == "protocols/MCP":
                 step.findings = step.findings + _pin_change_findings(request)
-            matching = [r for r in policy.rules if r.enabled and _matches(r.match, step, facts)]
+            matching = [r for r in families.rules(view.method) if _matches(r.match, step, facts)]
             verdict = self._decide(step, facts, matching)
         self._learn(step, facts, verdict)
         cache.resized(session_id)

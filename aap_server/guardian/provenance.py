@@ -28,7 +28,6 @@ a scan worker for a big step), so that `learn` on the event loop only merges fin
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import itertools
 import re
@@ -40,6 +39,7 @@ import msgspec
 
 from aap_server import aos
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
+from aap_server.guardian.policy import name_matches
 
 MAX_TRUSTED_PRINTS = 2048
 MAX_UNTRUSTED_PRINTS = 2048
@@ -163,17 +163,25 @@ def _parts_prints(token: str) -> Collection[int]:
         )
     # ASCII: the delimiters made one (a C-level split), and `_normal` needed only where a
     # part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
-    cut = word.encode("ascii").translate(_DELIMITERS_AS_QUOTE).decode("ascii").split('"')
-    parts = set(map(str.strip, set(cut), itertools.repeat(_STRIP)))
-    return fingerprints(
-        [
-            (_normal(part) if "." in part or ":" in part else part).encode("ascii")
-            for part in parts
-            if len(part) >= MIN_VALUE_CHARS
-        ]
-    )
+    # Cut, stripped and hashed as bytes (what is hashed): no string is made of a part.
+    cut = word.encode("ascii").translate(_DELIMITERS_AS_QUOTE).split(b'"')
+    pieces = set(map(bytes.strip, set(cut), itertools.repeat(_STRIP_BYTES)))
+    hashed = [piece for piece in pieces if len(piece) >= MIN_VALUE_CHARS]
+    # Stripped and lower-case already, a part is changed by `_normal` only if it is a
+    # `mailto:` address or a decimal with a trailing zero (ending in `0`, starting with `m`):
+    # only such are passed to it (a JSON text has hundreds of parts with a dot or a colon,
+    # nearly none of which it changes).
+    odd = [piece for piece in hashed if piece[-1] == _ZERO or piece[0] == _M]
+    if odd:
+        hashed = [piece for piece in hashed if piece[-1] != _ZERO and piece[0] != _M]
+        hashed += [_normal(piece.decode("ascii")).encode("ascii") for piece in odd]
+    return fingerprints(hashed)
 
 
+_ZERO, _M = ord("0"), ord("m")
+
+
+_STRIP_BYTES = _STRIP.encode("ascii")
 _DELIMITERS_AS_QUOTE = bytes.maketrans(_DELIMITERS.encode(), b'"' * len(_DELIMITERS))
 
 
@@ -377,7 +385,7 @@ def tool_facts(
                 trusted_output = metadata.get("trustedOutput") is True
                 break
     for declaration in declarations:
-        if fnmatch.fnmatchcase(name, declaration.name):
+        if name_matches(name, declaration.name):
             consequence = consequence or declaration.consequence
             targets = targets or tuple(declaration.targets)
             trusted_output = trusted_output or declaration.trusted_output
