@@ -1,0 +1,57 @@
+"""The detectors' steps as first written, before their fast paths: the reference the fast
+paths are checked against (`test_fast_equivalence.py`). Each is the plain computation: a
+search over the whole text, a Python loop over every candidate."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from aap_server.guardian.detectors import _views
+from aap_server.guardian.detectors._views import (
+    _ACCENTED_RUN,
+    _BASE_LETTERS,
+    _CONFUSABLE,
+    _DROPPED_ONE,
+    _ONE_FOR_ONE,
+    _OTHER_DIGIT,
+    OffsetMap,
+    _drop,
+    _fold_mixed_words,
+    _fold_runs,
+)
+
+
+def fold_accents(text: str) -> str:
+    return _ACCENTED_RUN.sub(lambda m: m.group().translate(_BASE_LETTERS), text)
+
+
+def normalise(text: str) -> tuple[str, OffsetMap] | None:
+    """`_views.normalise` with each step's search over the whole text."""
+    if text.isascii():
+        return None
+    plain = text
+    for special, plain_form in _ONE_FOR_ONE:
+        if special in plain:
+            plain = plain.replace(special, plain_form)
+    if _OTHER_DIGIT.search(plain):
+        plain = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), plain)
+    changed = plain is not text
+    offsets = OffsetMap()
+    if not unicodedata.is_normalized("NFKC", plain):
+        plain = _fold_runs(plain, offsets)
+        changed = True
+    elif _DROPPED_ONE.search(plain):
+        plain = _drop(plain, offsets)
+        changed = True
+    if _ACCENTED_RUN.search(plain):
+        plain = fold_accents(plain)
+        changed = True
+    if _CONFUSABLE.search(plain):
+        folded = _fold_mixed_words(plain)
+        if folded is not plain:
+            changed = True
+            plain = folded
+    return (plain, offsets) if changed else None
+
+
+assert _views.normalise is not normalise
