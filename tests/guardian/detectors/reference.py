@@ -19,6 +19,7 @@ from aap_server.guardian.detectors._views import (
     _fold_mixed_words,
     _fold_runs,
 )
+from aap_server.guardian.detectors.secret_formats import _ANY_NAME_ANCHOR, _NOT_NAME_LETTERS
 
 
 def fold_accents(text: str) -> str:
@@ -55,3 +56,9 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
 
 
 assert _views.normalise is not normalise
+
+
+def may_name_a_credential(text: str) -> bool:
+    """`secret_formats._may_name_a_credential` searching the whole squeezed text."""
+    squeezed = text.encode("ascii", "ignore").lower().translate(None, _NOT_NAME_LETTERS)
+    return _ANY_NAME_ANCHOR.search(squeezed) is not None

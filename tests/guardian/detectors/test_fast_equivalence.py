@@ -11,7 +11,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aap_server.guardian.detectors import _views, directives
+from aap_server.guardian.detectors import _views, directives, secret_formats
 from aap_server.guardian.detectors._views import OffsetMap, TextViews, fold_accents, normalise
 from tests.guardian.detectors import reference
 from tests.guardian.detectors.corpus import build
@@ -115,3 +115,23 @@ def test_words_are_the_runs_of_ascii_letters_of_any_text() -> None:
     # stands after one (`é the`) still begins a run.
     words = TextViews("Café à 10\u00a0h, réunion — план Q3; éthe é the").words
     assert words == {b"caf", b"h", b"r", b"union", b"q", b"the"}
+
+
+def test_credential_names_are_gated_as_the_whole_squeezed_text_gates_them() -> None:
+    """The anchors are searched in the distinct runs of letters of the squeezed text (digits
+    split them), not in all of it: same answer, a keyword spelled across separators too."""
+    anchors = [a.decode() for a in secret_formats._NAME_ANCHORS]
+    pieces = [*anchors, *(a[:2] for a in anchors), *(a[2:] for a in anchors), "_", "-", ".",
+              '"', ":", " ", "1", "2024", "é", "ord_", "id", "At", "KEY", "Tok", "en"]  # fmt: skip
+    rng = random.Random(14)
+    named = 0
+    for _ in range(3000):
+        text = "".join(
+            rng.choice(pieces) + rng.choice(["", "", "7", "42"]) for _ in range(rng.randint(0, 24))
+        )
+        if rng.random() < 0.5:
+            text = text.replace(rng.choice(pieces), rng.choice(["0", "9", "", "\u00e9"]))
+        expected = reference.may_name_a_credential(text)
+        assert secret_formats._may_name_a_credential(text) == expected, text
+        named += expected
+    assert 500 < named < 2900
