@@ -239,6 +239,43 @@ _CONFUSABLE_THEN_ASCII = re.compile(_CONFUSABLE.pattern + "[0-9A-Za-z_]")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
 _DROPPED_ONE = re.compile(f"[{_DROPPED}]")
+
+
+def _class_ranges(members: str) -> list[tuple[str, str]]:
+    """The (first, last) ranges of a character class body written as characters and `a-b`."""
+    out, i = [], 0
+    while i < len(members):
+        if i + 2 < len(members) and members[i + 1] == "-":
+            out.append((members[i], members[i + 2]))
+            i += 3
+        else:
+            out.append((members[i], members[i]))
+            i += 1
+    return out
+
+
+# `_DROPPED_ONE` as two searches: a class with astral ranges costs ~5x more a character, and
+# most texts have no astral character (`_has_astral`) to look at with it.
+_DROPPED_BMP = re.compile(
+    "[" + "".join(f"{a}-{b}" for a, b in _class_ranges(_DROPPED) if b < "\U00010000") + "]"
+)
+_DROPPED_ASTRAL = re.compile(
+    "[" + "".join(f"{a}-{b}" for a, b in _class_ranges(_DROPPED) if b >= "\U00010000") + "]"
+)
+assert all((a < "\U00010000") == (b < "\U00010000") for a, b in _class_ranges(_DROPPED))
+
+
+def _has_astral(text: str) -> bool:
+    return len(text.encode("utf-16-le", "surrogatepass")) > 2 * len(text)
+
+
+def _has_dropped(text: str) -> bool:
+    """`_DROPPED_ONE.search(text) is not None`, faster."""
+    if _DROPPED_BMP.search(text) is not None:
+        return True
+    return _has_astral(text) and _DROPPED_ASTRAL.search(text) is not None
+
+
 _DROPPED_RUN = re.compile(f"[{_DROPPED}]+")
 _SPACE_CODES = (
     *(0xA0, 0x115F, 0x1160, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F),
@@ -288,10 +325,18 @@ def fold_accents(text: str, non_ascii: str | None = None) -> str:
     text has a handful, each one used many times."""
     if text.isascii():
         return text
-    present = set(_ACCENTED_RUN.findall(non_ascii_of(text) if non_ascii is None else non_ascii))
-    letters = set("".join(present)) if present else present
-    if len(letters) > _FEW_ACCENTED:
-        return text.translate(_BASE_LETTERS)
+    # The distinct accented letters: each search finds one not yet seen, then all of it is
+    # taken out of what is searched next (at most `_FEW_ACCENTED` + 1 rounds).
+    rest = non_ascii_of(text) if non_ascii is None else non_ascii
+    letters: set[str] = set()
+    run = _ACCENTED_RUN.search(rest)
+    while run is not None:
+        for letter in set(run.group()):
+            if len(letters) == _FEW_ACCENTED:
+                return text.translate(_BASE_LETTERS)
+            letters.add(letter)
+            rest = rest.replace(letter, "")
+        run = _ACCENTED_RUN.search(rest)
     for letter in sorted(letters, key=lambda letter: ord(letter) in _FOLDS_TO_FOLDED):
         text = text.replace(letter, _BASE_LETTERS[ord(letter)])
     return text
@@ -372,7 +417,7 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
         plain = _fold_runs(plain, offsets)
         others = non_ascii_of(plain)
         changed = True
-    elif _DROPPED_ONE.search(others):
+    elif _has_dropped(others):
         plain = _drop(plain, offsets)  # (dropped characters are no accent nor look-alike)
         changed = True
     if _ACCENTED_RUN.search(others):

@@ -286,12 +286,24 @@ def _phones(v: TextViews) -> list[Finding]:
     text, shape = v.text, v.shape
     out: list[Finding] = []
     budget = [MAX_PHONE_CHECKS]
+    size = len(shape)
     for cand in _PHONE_RUN.finditer(shape):
         start, end = cand.span()
-        if _glued_after(shape, end, b".-/"):
-            continue  # part of a word or a longer number (`2024-05-17T10`): none from here
+        if end < size:  # (`_glued_after`, inlined: most runs in JSON end glued)
+            nxt = shape[end]
+            if nxt in _WORD or (nxt in b".-/" and end + 1 < size and shape[end + 1] == _DIGIT):
+                continue  # part of a word or a longer number (`2024-05-17T10`): none from here
         if shape[end - 2] != _DIGIT and 0x2B not in shape[max(0, start - 3) : start]:
             continue  # no `+` and a last group of one digit: no region writes that (above)
+        # A number has 7-15 digits (`_phone_at` widens the run by `(`, `+` or a space only);
+        # with more, only a later group can start one, after a space or `(`.
+        digits = shape.count(b"0", start, end)
+        if digits < 7:
+            continue
+        if digits > 15:
+            before_groups = shape[max(0, start - 1) : end]
+            if b" " not in before_groups and b"(" not in before_groups:
+                continue
         found = _phone_at(v, start, end, budget)
         if found is None:
             # A number after other digits (`SD 20241 440-600-5124`): tried from each later
@@ -460,6 +472,8 @@ def _cards(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     for cand in _CARD_SHAPE.finditer(shape):
         start, end = cand.span()
+        if start > 0 and shape[start - 1] in _WORD:
+            continue  # (`_glued_before`'s commonest case, first: runs inside longer numbers)
         sep = cand.group("s") or cand.group("t")
         if _glued_before(shape, start, b".-/,") or (start > 0 and shape[start - 1] == 0x2B):
             continue  # after `+` it is a phone number
@@ -522,6 +536,8 @@ def _ssns(v: TextViews) -> list[Finding]:
     out: list[Finding] = []
     for cand in _SSN_SHAPE.finditer(shape):
         start, end = cand.span()
+        if start > 0 and shape[start - 1] in _WORD:
+            continue  # (`_glued_before`'s commonest case, first: runs inside longer numbers)
         sep: bytes = cand.group("s") or b""
         joined = cand.group("s") is None  # some or all groups run together
         if _glued_before(shape, start, b".-/0" + sep) or _glued_after(shape, end, b".-/0" + sep):
@@ -640,14 +656,16 @@ def scan_pii_views(v: TextViews) -> list[Finding]:
 
 def _scan(v: TextViews) -> list[Finding]:
     text = v.text
-    # Each shape has a least number of digits (a card 12, an SSN 9, an IPv4 address 4): text
-    # with fewer (prose: a date, an amount) is not searched for it.
+    # Each shape has a least number of digits (a card 12, an SSN 9, a phone number 7, an IPv4
+    # address 4, an IBAN 2): text with fewer (prose: a date, an amount) is not searched for it.
     digits = v.shape.count(b"0")
     out = _cards(v) if digits >= 12 else []
-    out += _ibans(v)
+    if digits >= 2:
+        out += _ibans(v)
     if digits >= 9:
         out += _ssns(v)
-    out += _phones(v)
+    if digits >= 7:  # (a phone number has 7 or more)
+        out += _phones(v)
     if digits >= 4:
         _ipv4(v, out)
     if ":" in text:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import random
 
+import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aap_server.guardian.detectors import _views, directives, secret_formats
+from aap_server.guardian.detectors import _views, directives, languages, pii, secret_formats
 from aap_server.guardian.detectors._views import OffsetMap, TextViews, fold_accents, normalise
+from aap_server.guardian.detectors.base import Finding
 from tests.guardian.detectors import reference
 from tests.guardian.detectors.corpus import build
 from tests.guardian.detectors.multilingual import LANGUAGE_CASES
@@ -135,3 +138,80 @@ def test_credential_names_are_gated_as_the_whole_squeezed_text_gates_them() -> N
         assert secret_formats._may_name_a_credential(text) == expected, text
         named += expected
     assert 500 < named < 2900
+
+
+def test_dropped_characters_are_those_of_the_one_class() -> None:
+    codes = [*range(0x80, 0x30000), *range(0xE0000, 0xE0300)]
+    assert [c for c in codes if _views._has_dropped(chr(c))] == [
+        c for c in codes if _views._DROPPED_ONE.match(chr(c))
+    ]
+    assert _views._has_dropped("plain text \U000e0041 with a tag")
+    assert not _views._has_dropped("plain text \U0001f600 with an emoji")
+
+
+_NUMBER_PIECES = [
+    "0", "1", "4", "5", "7", "9", "12", "415", "555", "0132", "4111", "1111", "020", "7946",
+    "0958", "06", "13812345678", "2024-05-01", "T10:30:00Z", "41.099999999999994", "13.7",
+    "12345678901234567890", " ", " ", "-", ".", "/", "(", ")", "+", "+1 ", "+44 ", ",", ":",
+    '"', "T", "Z", "a", "ord_", "_", "\n", "phone ", "call ", "my number is ", "card ",
+    "SSN ", "ip ", "v", "DE", "GB82", "NL91ABNA0417164300", "078-05-1120", "192.168.1.20",
+]  # fmt: skip
+
+
+def _spans(findings: list[Finding]) -> list[tuple[str, int, int]]:
+    return sorted((f.detector, f.start, f.end) for f in findings)
+
+
+@pytest.mark.parametrize("checks", [pii.MAX_PHONE_CHECKS, 2])
+def test_pii_shortcuts_find_what_every_candidate_finds(
+    checks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kinds skipped for too few digits, phone runs skipped for too few or too many digits
+    (with no later group), candidates glued to a word or a longer number dropped first: the
+    same findings as trying each, also when the budget of phone checks runs out."""
+    monkeypatch.setattr(pii, "MAX_PHONE_CHECKS", checks)
+    rng = random.Random(15)
+    texts = _random_texts(_NUMBER_PIECES, 3000, 15, longest=30)
+    texts += [_json_rows(rng) for _ in range(100)]
+    found = 0
+    for text in texts:
+        monkeypatch.setattr(pii, "_PHONE_VERDICTS", {})  # each run decides afresh
+        expected = _spans(reference.scan_pii(TextViews(text)))
+        monkeypatch.setattr(pii, "_PHONE_VERDICTS", {})
+        assert _spans(pii._scan(TextViews(text))) == expected, text
+        found += any(kind == "pii.phone" for kind, _, _ in expected)
+    assert found > 100
+
+
+def _json_rows(rng: random.Random) -> str:
+    """A JSON tool result: ids, amounts, timestamps, now and then a phone number or a card."""
+    rows = [
+        {
+            "id": f"ord_{rng.randint(0, 10**6):06d}",
+            "total": rng.randint(0, 10**5) * rng.choice([13.7, 0.01, 1]),
+            "at": f"2024-05-{rng.randint(1, 28):02d}T10:{rng.randint(0, 59):02d}:00Z",
+            "note": rng.choice(
+                ["", "call (415) 555-0132", "card 4111 1111 1111 1111", "+44 20 7946 0958"]
+            ),
+        }
+        for _ in range(rng.randint(1, 30))
+    ]
+    return msgspec.json.encode(rows).decode()
+
+
+def test_other_script_lexicons_are_skipped_only_without_their_anchors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lexicon of another script is searched only when one of its anchors' non-ASCII runs
+    is among the text's non-ASCII characters: same spans as searching it always."""
+    anchors = [a.text for c in languages._COMPILED if not c.latin for a in c.anchors]
+    pieces = [*anchors, *(a[:2] for a in anchors), " ", ". ", "\n", "план", "ai", "système",
+              "должен", "отправить", "все", "инструкции", ", ", "的", "必须"]  # fmt: skip
+    rng = random.Random(16)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(1500)]
+    views = [TextViews(text).normal for text in texts]
+    fast = [languages.scan_languages(v.lower, v.words) for v in views]
+    for c in languages._COMPILED:
+        monkeypatch.setattr(c, "other_keys", None)
+    assert fast == [languages.scan_languages(v.lower, v.words) for v in views]
+    assert sum(map(bool, fast)) > 80
