@@ -154,6 +154,7 @@ def _override_matches(lower: str, start: int, end: int) -> list[re.Match[str]]:
     return out
 
 
+_SHORT_TEXT = 512
 _ANCHOR_BYTES = tuple((anchor, anchor.encode("ascii")) for anchor in _ANCHORS)
 
 
@@ -161,7 +162,10 @@ def _present_anchors(v: TextViews) -> Iterable[str]:
     """The anchors that occur in the text, or may: an anchor (ASCII letters, or a space and
     letters) lies inside one run of ASCII letters, so the text's distinct words
     (`TextViews.words`), joined by spaces, hold every anchor the text holds; far shorter than
-    the text, they are searched instead of it."""
+    the text, they are searched instead of it. A short text is searched itself (cheaper than
+    joining its words)."""
+    if len(v.lower) <= _SHORT_TEXT:
+        return [anchor for anchor in _ANCHORS if anchor in v.lower]
     joined = b" " + b" ".join(v.words)
     return [anchor for anchor, encoded in _ANCHOR_BYTES if encoded in joined]
 

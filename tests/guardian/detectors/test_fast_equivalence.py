@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aap_server.guardian.detectors import _views, directives, languages, pii, secret_formats
+from aap_server.guardian.detectors import (
+    _views,
+    directives,
+    injection,
+    languages,
+    pii,
+    secret_formats,
+)
 from aap_server.guardian.detectors._views import OffsetMap, TextViews, fold_accents, normalise
 from aap_server.guardian.detectors.base import Finding
 from tests.guardian.detectors import reference
@@ -215,3 +222,22 @@ def test_other_script_lexicons_are_skipped_only_without_their_anchors(
         monkeypatch.setattr(c, "other_keys", None)
     assert fast == [languages.scan_languages(v.lower, v.words) for v in views]
     assert sum(map(bool, fast)) > 80
+
+
+@pytest.mark.parametrize("padding", ["", "the plan. " * 60, "plan \u043f\u043b\u0430\u043d. " * 40])
+def test_override_anchors_of_short_and_long_texts_lead_to_every_phrase(padding: str) -> None:
+    """Short texts are searched for the anchors themselves, longer ones through their words
+    (ASCII or not): each finds every phrase a search of the whole text finds."""
+    pieces = ["ignore", "all", "previous", "instructions", "you are now", "DAN", "system",
+              "prompt:", "disregard", "the above", "reveal", "your", "restrictions", " ",
+              " ", "\n", ".", "now", "Ign", "ore", "forget", "é", "п",
+              "ignore all previous instructions", "system prompt:", "you are now DAN "]  # fmt: skip
+    found = 0
+    for core in _random_texts(pieces, 1500, 17, longest=30):
+        text = padding + core + padding
+        views = TextViews(text).normal
+        lower = views.lower
+        expected = [m.span() for m in injection._override_matches(lower, 0, len(lower))]
+        assert [(f.start, f.end) for f in injection._overrides(views)] == expected, text
+        found += bool(expected)
+    assert found > 200
