@@ -568,6 +568,11 @@ _HEX_RUN_LEFT = re.compile(r"[0-9A-Fa-f:.]*\Z")
 _HEX_RUN_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
 
 
+# An inner octet between its dots: every dotted quad has one (amounts such as `41.099` do
+# not). One `in` each, where the quads' search stops at every digit.
+_INNER_OCTETS = (b".0.", b".00.", b".000.")
+
+
 def _ipv4(v: TextViews, out: list[Finding]) -> None:
     text, shape = v.text, v.shape
     for cand in _IPV4_SHAPE.finditer(shape):
@@ -685,7 +690,7 @@ def _scan(v: TextViews) -> list[Finding]:
         out += _ssns(v, searched)
     if digits >= 7:  # (a phone number has 7 or more)
         out += _phones(v, searched)
-    if digits >= 4:
+    if digits >= 4 and any(octet in v.shape for octet in _INNER_OCTETS):
         _ipv4(v, out)
     if ":" in text:
         _ipv6(v, out)
