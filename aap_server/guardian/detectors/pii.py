@@ -69,6 +69,13 @@ def _glued_before(shape: bytes, start: int, joiners: bytes = b".-/") -> bool:
     return prev in joiners and start >= 2 and shape[start - 2] == _DIGIT
 
 
+def _inside_a_number(shape: bytes, start: int) -> bool:
+    """`_glued_before(shape, start, joiners)` for any `joiners` holding `.-/`, where it is
+    true for the commonest reasons: a word character or a digit and a joiner before."""
+    prev = shape[start - 1]
+    return prev in _WORD or (prev in b".-/" and start >= 2 and shape[start - 2] == _DIGIT)
+
+
 def _glued_after(shape: bytes, end: int, joiners: bytes = b".-/") -> bool:
     """True when the match continues into a word or a longer number to its right."""
     if end >= len(shape):
@@ -472,8 +479,8 @@ def _cards(v: TextViews, searched: bytes | None = None) -> list[Finding]:
     out: list[Finding] = []
     for cand in _CARD_SHAPE.finditer(shape if searched is None else searched):
         start, end = cand.span()
-        if start > 0 and shape[start - 1] in _WORD:
-            continue  # (`_glued_before`'s commonest case, first: runs inside longer numbers)
+        if start > 0 and _inside_a_number(shape, start):
+            continue  # (`_glued_before`'s commonest cases, first: runs in longer numbers)
         sep = cand.group("s") or cand.group("t")
         if _glued_before(shape, start, b".-/,") or (start > 0 and shape[start - 1] == 0x2B):
             continue  # after `+` it is a phone number
@@ -536,8 +543,8 @@ def _ssns(v: TextViews, searched: bytes | None = None) -> list[Finding]:
     out: list[Finding] = []
     for cand in _SSN_SHAPE.finditer(shape if searched is None else searched):
         start, end = cand.span()
-        if start > 0 and shape[start - 1] in _WORD:
-            continue  # (`_glued_before`'s commonest case, first: runs inside longer numbers)
+        if start > 0 and _inside_a_number(shape, start):
+            continue  # (`_glued_before`'s commonest cases, first: runs in longer numbers)
         sep: bytes = cand.group("s") or b""
         joined = cand.group("s") is None  # some or all groups run together
         if _glued_before(shape, start, b".-/0" + sep) or _glued_after(shape, end, b".-/0" + sep):
