@@ -28,7 +28,6 @@ _TOKEN_MAP = bytes(0x74 if chr(i) in TOKEN_CHARS else 0x20 for i in range(256))
 MIN_TOKEN = 20
 _ASCII_NON_LETTERS = bytes(c for c in range(128) if not chr(c).isalpha())
 NON_LETTERS_TO_SPACE = bytes.maketrans(_ASCII_NON_LETTERS, b" " * len(_ASCII_NON_LETTERS))
-_UNSET: set[bytes] = set()  # `TextViews.words` not computed yet
 _LONG_RUN = b"t" * MIN_TOKEN
 _LONG_TOKEN = re.compile(_LONG_RUN + b"t*")
 
@@ -59,7 +58,7 @@ class TextViews:
         self._pieces: list[tuple[int, int, int]] | None = None
         self._normal: TextViews | None = None
         self._offsets: OffsetMap | None = None
-        self._words: set[bytes] | None = _UNSET
+        self._words: set[bytes] | None = None
 
     @property
     def ascii(self) -> bytes:
@@ -132,18 +131,16 @@ class TextViews:
         return self._lower
 
     @property
-    def words(self) -> set[bytes] | None:
-        """The distinct words (runs of letters, lower-cased) of ASCII text, as bytes; None for
-        other text. One `translate` and `split` (C speed), shared by the detectors that look
-        for words: a word set answers "may this word occur here?" for dozens of words at
-        once, where a `find` per word costs a pass over the text each."""
-        if self._words is _UNSET:
-            lower = self.lower
-            self._words = (
-                set(lower.encode("ascii").translate(NON_LETTERS_TO_SPACE).split())
-                if lower.isascii()
-                else None
-            )
+    def words(self) -> set[bytes]:
+        """The distinct words (runs of ASCII letters, lower-cased) of the text, as bytes;
+        other characters split words (`café` gives `caf`). One `translate` and `split` (C
+        speed), shared by the detectors that look for words: a word set answers "may this
+        word occur here?" for dozens of words at once, where a `find` per word costs a pass
+        over the text each. An ASCII word that stands in the text with no letter just before
+        it (`the` in `é the`, not in `éthe`) begins one of these."""
+        if self._words is None:
+            ascii_lower = self.lower.encode("ascii", "replace")  # others as `?`: no letter
+            self._words = set(ascii_lower.translate(NON_LETTERS_TO_SPACE).split())
         return self._words
 
     # --- the normalised view ------------------------------------------------------------------
@@ -242,6 +239,43 @@ _CONFUSABLE_THEN_ASCII = re.compile(_CONFUSABLE.pattern + "[0-9A-Za-z_]")
 # Looked back this far for the start of a mixed word (a longer run is no word to spell).
 _MAX_FOLDED_WORD = 64
 _DROPPED_ONE = re.compile(f"[{_DROPPED}]")
+
+
+def _class_ranges(members: str) -> list[tuple[str, str]]:
+    """The (first, last) ranges of a character class body written as characters and `a-b`."""
+    out, i = [], 0
+    while i < len(members):
+        if i + 2 < len(members) and members[i + 1] == "-":
+            out.append((members[i], members[i + 2]))
+            i += 3
+        else:
+            out.append((members[i], members[i]))
+            i += 1
+    return out
+
+
+# `_DROPPED_ONE` as two searches: a class with astral ranges costs ~5x more a character, and
+# most texts have no astral character (`_has_astral`) to look at with it.
+_DROPPED_BMP = re.compile(
+    "[" + "".join(f"{a}-{b}" for a, b in _class_ranges(_DROPPED) if b < "\U00010000") + "]"
+)
+_DROPPED_ASTRAL = re.compile(
+    "[" + "".join(f"{a}-{b}" for a, b in _class_ranges(_DROPPED) if b >= "\U00010000") + "]"
+)
+assert all((a < "\U00010000") == (b < "\U00010000") for a, b in _class_ranges(_DROPPED))
+
+
+def _has_astral(text: str) -> bool:
+    return len(text.encode("utf-16-le", "surrogatepass")) > 2 * len(text)
+
+
+def _has_dropped(text: str) -> bool:
+    """`_DROPPED_ONE.search(text) is not None`, faster."""
+    if _DROPPED_BMP.search(text) is not None:
+        return True
+    return _has_astral(text) and _DROPPED_ASTRAL.search(text) is not None
+
+
 _DROPPED_RUN = re.compile(f"[{_DROPPED}]+")
 _SPACE_CODES = (
     *(0xA0, 0x115F, 0x1160, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F),
@@ -274,11 +308,49 @@ _BASE_LETTERS = _base_letters()
 _ACCENTED_RUN = re.compile("[" + "".join(map(chr, _BASE_LETTERS)) + "]+")
 
 
-def fold_accents(text: str) -> str:
+# Past this many distinct accented letters in a text, one `translate` (a dictionary look-up
+# per character) beats a `replace` pass per letter.
+_FEW_ACCENTED = 24
+# Letters whose base letter is itself folded (`Ǿ` to `Ø`, which is folded to `O`): one
+# `translate` pass leaves `Ø`, so one by one these are folded after the others.
+_FOLDS_TO_FOLDED = frozenset(k for k, v in _BASE_LETTERS.items() if ord(v) in _BASE_LETTERS)
+assert not any(ord(_BASE_LETTERS[ord(_BASE_LETTERS[k])]) in _BASE_LETTERS for k in _FOLDS_TO_FOLDED)
+
+
+def fold_accents(text: str, non_ascii: str | None = None) -> str:
     """`text` with accented letters as their base letter (same length): how the detectors
     write their own words, so that `précédentes` in a pattern meets the view's
-    `precedentes`."""
-    return _ACCENTED_RUN.sub(lambda m: m.group().translate(_BASE_LETTERS), text)
+    `precedentes`. `non_ascii`: the text's non-ASCII characters (`non_ascii_of`), if known.
+    A `replace` pass (C speed) per distinct accented letter of the text: French or Spanish
+    text has a handful, each one used many times."""
+    if text.isascii():
+        return text
+    # The distinct accented letters: each search finds one not yet seen, then all of it is
+    # taken out of what is searched next (at most `_FEW_ACCENTED` + 1 rounds).
+    rest = non_ascii_of(text) if non_ascii is None else non_ascii
+    letters: set[str] = set()
+    run = _ACCENTED_RUN.search(rest)
+    while run is not None:
+        for letter in set(run.group()):
+            if len(letters) == _FEW_ACCENTED:
+                return text.translate(_BASE_LETTERS)
+            letters.add(letter)
+            rest = rest.replace(letter, "")
+        run = _ACCENTED_RUN.search(rest)
+    for letter in sorted(letters, key=lambda letter: ord(letter) in _FOLDS_TO_FOLDED):
+        text = text.replace(letter, _BASE_LETTERS[ord(letter)])
+    return text
+
+
+_ASCII_BYTES = bytes(range(128))
+
+
+def non_ascii_of(text: str) -> str:
+    """The text's non-ASCII characters, in order (ASCII dropped): three C-speed passes, so
+    that a search for characters no ASCII one can be scans only these (a fraction of
+    Latin-script text)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    return raw.translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
 
 
 def fold_pattern(pattern: str) -> str:
@@ -328,31 +400,52 @@ def normalise(text: str) -> tuple[str, OffsetMap] | None:
     compatibility forms) and the runs of accented letters."""
     if text.isascii():
         return None
+    # Each step looks for characters no ASCII one is, so it searches the text's non-ASCII
+    # characters (`others`), not the text; `others` is taken again when NFKC changed them.
+    others = non_ascii_of(text)
     # Spaces and dashes, one for one (same offsets): a `find` per character is faster on
     # non-ASCII text than a character-class search or `translate` with a mapping.
     plain = text
     for special, plain_form in _ONE_FOR_ONE:
-        if special in plain:
+        if special in others:
             plain = plain.replace(special, plain_form)
-    if _OTHER_DIGIT.search(plain):
+    if _ANY_DIGIT.search(others):  # (no ASCII digit among them)
         plain = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), plain)
     changed = plain is not text
     offsets = OffsetMap()
     if not unicodedata.is_normalized("NFKC", plain):
         plain = _fold_runs(plain, offsets)
+        others = non_ascii_of(plain)
         changed = True
-    elif _DROPPED_ONE.search(plain):
-        plain = _drop(plain, offsets)
+    elif _has_dropped(others):
+        plain = _drop(plain, offsets)  # (dropped characters are no accent nor look-alike)
         changed = True
-    if _ACCENTED_RUN.search(plain):
-        plain = fold_accents(plain)
+    if _ACCENTED_RUN.search(others):
+        plain = fold_accents(plain, others)
+        others = non_ascii_of(plain)
         changed = True
-    if _CONFUSABLE.search(plain):
+    if _CONFUSABLE.search(others) and _ascii_word_next_to_other(plain):
         folded = _fold_mixed_words(plain)
         if folded is not plain:
             changed = True
             plain = folded
     return (plain, offsets) if changed else None
+
+
+_ANY_DIGIT = re.compile(r"\d")
+# ASCII word characters as `w`, the bytes of other characters as `n`, the rest as a space.
+_WORD_OR_OTHER = bytes(
+    0x77 if chr(b).isascii() and (chr(b).isalnum() or b == 0x5F) else 0x6E if b >= 0x80 else 0x20
+    for b in range(256)
+)
+
+
+def _ascii_word_next_to_other(text: str) -> bool:
+    """Whether an ASCII letter, digit or `_` stands next to a non-ASCII character: where a
+    look-alike can be part of a word with Latin letters (`_fold_mixed_words`). Without one,
+    as in prose with a Cyrillic word set apart, there is nothing to fold."""
+    mapped = text.encode("utf-8", "surrogatepass").translate(_WORD_OR_OTHER)
+    return b"wn" in mapped or b"nw" in mapped
 
 
 def _fold_mixed_words(text: str) -> str:

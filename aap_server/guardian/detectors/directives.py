@@ -37,7 +37,7 @@ from aap_server.guardian.detectors._views import (
     fold_words,
 )
 from aap_server.guardian.detectors.base import Finding
-from aap_server.guardian.detectors.languages import ascii_words, scan_languages
+from aap_server.guardian.detectors.languages import scan_languages
 
 _AI = (
     r"(?:ai|a\.i\.|assistant|ai\s+assistant|ai\s+agent|agent|llm|language\s+model|chatbot|bot"
@@ -204,6 +204,12 @@ _MARKUP_OTHER = re.compile(
     r"|сообщение|промпт)?\s*(?:[\]>】)）]|:|：)"
 )
 _CJK = re.compile(r"在你的回答中|在您的回答中|你的回答|回答中加入|あなたの回答|回答に|返答に")
+_CJK_KEYS = ("回", "返")  # one of them is in every `_CJK` phrase
+assert all(any(key in phrase for key in _CJK_KEYS) for phrase in _CJK.pattern.split("|"))
+_SCRIPT_WORDS = (
+    *("系统", "系統", "システム", "시스템", "النظام", "सिस्टम", "система", "管理员", "管理者"),
+    *("관리자", "المسؤول"),
+)  # one of them is in every `_MARKUP_OTHER` match (`системное` holds `система`)
 
 # A request standing as a sentence of its own at the start of a line or after a sentence's
 # end: a task verb, or a question to an assistant; or an order to put something into the
@@ -225,6 +231,8 @@ for _words, _pattern in _TRIGGERED:
     _compiled = re.compile(fold_pattern(_pattern))
     for _word in fold_words(_words).split():
         _TRIGGERS.setdefault(_word.replace("_", " "), []).append(_compiled)
+# Triggers with letters other than ASCII ones (`ответ`): searched in every non-ASCII text.
+_OTHER_TRIGGERS = tuple(word for word in _TRIGGERS if not word.isascii())
 # In ASCII text a trigger word can only occur at a word's start if its leading letters begin
 # one of the text's words, so only those triggers are searched for: one `translate` and
 # `split` (C speed) list the words (`TextViews.words`), instead of a `find` pass over the
@@ -261,7 +269,8 @@ def scan_directives(v: TextViews) -> list[Finding]:
     text, lower = v.text, v.lower
     out: list[Finding] = []
     words = v.words
-    for word in _triggers_to_search(words):
+    ascii = lower.isascii()
+    for word in _triggers_to_search(words, ascii):
         patterns = _TRIGGERS[word]
         at = lower.find(word)
         while at != -1:
@@ -278,19 +287,23 @@ def scan_directives(v: TextViews) -> list[Finding]:
     for lead, pattern in _MARKUP_BY_LEAD:
         if lead in lower:  # (one `memchr`: prose seldom has `<`, `#` or `[`)
             out += [_finding(text, *m.span()) for m in pattern.finditer(lower)]
-    if not lower.isascii():
-        out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
-        out += [_finding(text, *m.span()) for m in _MARKUP_OTHER.finditer(lower)]
-    out += [_finding(text, *span) for span in scan_languages(lower, words or ascii_words(lower))]
+    if not ascii:
+        # Each phrase holds a character of `_CJK_KEYS` or a word of `_SCRIPT_WORDS`: one `in`
+        # each (C speed), where the patterns' searches try every character.
+        if any(key in lower for key in _CJK_KEYS):
+            out += [_finding(text, *m.span()) for m in _CJK.finditer(lower)]
+        if any(word in lower for word in _SCRIPT_WORDS):
+            out += [_finding(text, *m.span()) for m in _MARKUP_OTHER.finditer(lower)]
+    out += [_finding(text, *span) for span in scan_languages(lower, words)]
     return out
 
 
-def _triggers_to_search(words: set[bytes] | None) -> Iterable[str]:
-    """The trigger words that may occur at a word's start: in ASCII text those whose leading
-    letters begin one of its `words`; in other text, all of them."""
-    if words is None:
-        return _TRIGGERS
-    present: set[str] = set()
+def _triggers_to_search(words: set[bytes], ascii: bool = True) -> Iterable[str]:
+    """The trigger words that may occur at a word's start: the ASCII ones whose leading
+    letters begin one of the text's `words` (a trigger at a word's start has no letter
+    before it, so its letters begin a run of ASCII letters); in other text, every trigger
+    with other letters too."""
+    present: set[str] = set() if ascii else set(_OTHER_TRIGGERS)
     for token in words:
         for letters, word in _TRIGGERS_BY_WORD.get(token[:2], ()):
             if token.startswith(letters):
@@ -298,12 +311,11 @@ def _triggers_to_search(words: set[bytes] | None) -> Iterable[str]:
     return present
 
 
-def _may_hold_task(words: set[bytes] | None) -> bool:
-    """False when ASCII text lacks every word a `_TASK_AT` match has to contain as a whole
-    word: a task verb, "your", "following/below/subsequent", or a question opener with the
-    word after it."""
-    if words is None:
-        return True
+def _may_hold_task(words: set[bytes]) -> bool:
+    """False when the text lacks every word a `_TASK_AT` match has to contain as a whole
+    word (set off by spaces or other non-letters, so a run of ASCII letters of its own): a
+    task verb, "your", "following/below/subsequent", or a question opener with the word
+    after it."""
     return (
         not words.isdisjoint(_TASK_WORDS)
         or (b"you" in words and not words.isdisjoint(_YOU_QUESTION_WORDS))

@@ -28,7 +28,7 @@ messages).
 Speed: phrases are searched only in windows around anchor words of the lower-cased text
 (`ignor`, `disregard`, `forget`, `instruction`, `prompt`, ` now`, `restrict`, `overrid`,
 `guideline`, `unfilter`, `uncensor`, `jailbr`, ...), so a phrase with none of them is missed
-(in ASCII text an anchor is looked for only if the text's distinct words hold it); markup
+(an anchor is looked for only if the text's distinct words hold it); markup
 patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are looked for only
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
 (`_views.normalise`: invisible characters dropped, NFKC, accents and combining marks
@@ -154,18 +154,19 @@ def _override_matches(lower: str, start: int, end: int) -> list[re.Match[str]]:
     return out
 
 
+_SHORT_TEXT = 512
 _ANCHOR_BYTES = tuple((anchor, anchor.encode("ascii")) for anchor in _ANCHORS)
 
 
 def _present_anchors(v: TextViews) -> Iterable[str]:
-    """The anchors that occur in the text, or may: in ASCII text an anchor (letters, or a space
-    and letters) lies inside one word, so the text's distinct words (`TextViews.words`), joined
-    by spaces, hold every anchor the text holds; far shorter than the text, they are searched
-    instead of it (where a word set is not at hand, all anchors)."""
-    words = v.words
-    if words is None:
-        return _ANCHORS
-    joined = b" " + b" ".join(words)
+    """The anchors that occur in the text, or may: an anchor (ASCII letters, or a space and
+    letters) lies inside one run of ASCII letters, so the text's distinct words
+    (`TextViews.words`), joined by spaces, hold every anchor the text holds; far shorter than
+    the text, they are searched instead of it. A short text is searched itself (cheaper than
+    joining its words)."""
+    if len(v.lower) <= _SHORT_TEXT:
+        return [anchor for anchor in _ANCHORS if anchor in v.lower]
+    joined = b" " + b" ".join(v.words)
     return [anchor for anchor, encoded in _ANCHOR_BYTES if encoded in joined]
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aap_server.guardian.detectors._views import fold_pattern, fold_words
+from aap_server.guardian.detectors._views import fold_pattern, fold_words, non_ascii_of
 
 # Scripts, by the lead byte of their characters in UTF-8.
 _SCRIPT_LEADS = {
@@ -163,11 +163,25 @@ class _Compiled:
         self.anchors = tuple(anchors.values())
         # Other scripts: all anchors in one pass (one `find` per anchor is slow on such text).
         self.anchor_pattern = re.compile("|".join(re.escape(a.text) for a in self.anchors))
+        self.other_keys = _other_keys([a.text for a in self.anchors])
         self.evidence = frozenset(
             _key(text)
             for text, stem in _words_of(lex, _EVIDENCE_PARTS)
             if self.latin and lex.name != "en" and not _english(text, stem)
         )
+
+
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+
+
+def _other_keys(anchors: list[str]) -> tuple[str, ...] | None:
+    """Strings one of which every anchor holds: its longest run of non-ASCII characters,
+    less those holding a shorter one. A run stays whole in the text's non-ASCII characters
+    (`non_ascii_of`), so where none of these is, no anchor is. None if an anchor is ASCII."""
+    runs = [max(_NON_ASCII_RUN.findall(a), key=len, default="") for a in anchors]
+    if not all(runs):
+        return None
+    return tuple(sorted(r for r in set(runs) if not any(o != r and o in r for o in runs)))
 
 
 def _negated(c: _Compiled, clause: str, span: tuple[int, int], verb: re.Match[str]) -> bool:
@@ -273,11 +287,19 @@ def scan_languages(lower: str, words: set[bytes]) -> list[tuple[int, int]]:
             if c.script is not None and c.script in scripts:
                 todo[index] = list(c.anchors)
     out: list[tuple[int, int]] = []
+    others: str | None = None
     for index, anchors in todo.items():
         c = _COMPILED[index]
         if c.latin:
             hits = sorted(at for anchor in anchors for at in _positions(lower, anchor, True))
         else:
+            # One `in` per key on the text's non-ASCII characters says whether an anchor may
+            # be there, where the anchors' pattern tries every character of the text.
+            if c.other_keys is not None:
+                if others is None:
+                    others = non_ascii_of(lower)
+                if not any(key in others for key in c.other_keys):
+                    continue
             hits = [m.start() for m in c.anchor_pattern.finditer(lower)]
         done = -1
         for at in hits:

@@ -69,6 +69,13 @@ def _glued_before(shape: bytes, start: int, joiners: bytes = b".-/") -> bool:
     return prev in joiners and start >= 2 and shape[start - 2] == _DIGIT
 
 
+def _inside_a_number(shape: bytes, start: int) -> bool:
+    """`_glued_before(shape, start, joiners)` for any `joiners` holding `.-/`, where it is
+    true for the commonest reasons: a word character or a digit and a joiner before."""
+    prev = shape[start - 1]
+    return prev in _WORD or (prev in b".-/" and start >= 2 and shape[start - 2] == _DIGIT)
+
+
 def _glued_after(shape: bytes, end: int, joiners: bytes = b".-/") -> bool:
     """True when the match continues into a word or a longer number to its right."""
     if end >= len(shape):
@@ -282,16 +289,28 @@ def _regions_ending_in(size: int) -> tuple[str, ...]:
 _REGIONS_BY_LAST_GROUP = _regions_by_last_group()
 
 
-def _phones(v: TextViews) -> list[Finding]:
+def _phones(v: TextViews, searched: bytes | None = None) -> list[Finding]:
     text, shape = v.text, v.shape
     out: list[Finding] = []
     budget = [MAX_PHONE_CHECKS]
-    for cand in _PHONE_RUN.finditer(shape):
+    size = len(shape)
+    for cand in _PHONE_RUN.finditer(shape if searched is None else searched):
         start, end = cand.span()
-        if _glued_after(shape, end, b".-/"):
-            continue  # part of a word or a longer number (`2024-05-17T10`): none from here
+        if end < size:  # (`_glued_after`, inlined: most runs in JSON end glued)
+            nxt = shape[end]
+            if nxt in _WORD or (nxt in b".-/" and end + 1 < size and shape[end + 1] == _DIGIT):
+                continue  # part of a word or a longer number (`2024-05-17T10`): none from here
         if shape[end - 2] != _DIGIT and 0x2B not in shape[max(0, start - 3) : start]:
             continue  # no `+` and a last group of one digit: no region writes that (above)
+        # A number has 7-15 digits (`_phone_at` widens the run by `(`, `+` or a space only);
+        # with more, only a later group can start one, after a space or `(`.
+        digits = shape.count(b"0", start, end)
+        if digits < 7:
+            continue
+        if digits > 15:
+            before_groups = shape[max(0, start - 1) : end]
+            if b" " not in before_groups and b"(" not in before_groups:
+                continue
         found = _phone_at(v, start, end, budget)
         if found is None:
             # A number after other digits (`SD 20241 440-600-5124`): tried from each later
@@ -455,11 +474,13 @@ def _issuer_accepts(digits: str) -> bool:
 _CARD_CUE = re.compile(r"(?i)card|maestro|pan\b|cc\b|payment")
 
 
-def _cards(v: TextViews) -> list[Finding]:
+def _cards(v: TextViews, searched: bytes | None = None) -> list[Finding]:
     text, shape = v.text, v.shape
     out: list[Finding] = []
-    for cand in _CARD_SHAPE.finditer(shape):
+    for cand in _CARD_SHAPE.finditer(shape if searched is None else searched):
         start, end = cand.span()
+        if start > 0 and _inside_a_number(shape, start):
+            continue  # (`_glued_before`'s commonest cases, first: runs in longer numbers)
         sep = cand.group("s") or cand.group("t")
         if _glued_before(shape, start, b".-/,") or (start > 0 and shape[start - 1] == 0x2B):
             continue  # after `+` it is a phone number
@@ -517,11 +538,13 @@ _SSN_SHAPE = re.compile(rb"000(?P<s>[-. ])00(?P=s)0000|000(?P<t>-?)00(?P<u>-?)00
 _SSN_CONTEXT = re.compile(r"(?i)\b(?:ssn|ss#|social\s+security|tin|taxpayer)\b")
 
 
-def _ssns(v: TextViews) -> list[Finding]:
+def _ssns(v: TextViews, searched: bytes | None = None) -> list[Finding]:
     text, shape = v.text, v.shape
     out: list[Finding] = []
-    for cand in _SSN_SHAPE.finditer(shape):
+    for cand in _SSN_SHAPE.finditer(shape if searched is None else searched):
         start, end = cand.span()
+        if start > 0 and _inside_a_number(shape, start):
+            continue  # (`_glued_before`'s commonest cases, first: runs in longer numbers)
         sep: bytes = cand.group("s") or b""
         joined = cand.group("s") is None  # some or all groups run together
         if _glued_before(shape, start, b".-/0" + sep) or _glued_after(shape, end, b".-/0" + sep):
@@ -550,6 +573,11 @@ _IP_CUE_RIGHT_BEFORE = re.compile(_IP_CUE_BEFORE.pattern + r"[\s:=\"']*\Z")
 _IPV6_SEEDS = re.compile(rb"::|:[0Aa]{1,4}:[0Aa]{1,4}:[0Aa]{1,4}:")
 _HEX_RUN_LEFT = re.compile(r"[0-9A-Fa-f:.]*\Z")
 _HEX_RUN_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
+
+
+# An inner octet between its dots: every dotted quad has one (amounts such as `41.099` do
+# not). One `in` each, where the quads' search stops at every digit.
+_INNER_OCTETS = (b".0.", b".00.", b".000.")
 
 
 def _ipv4(v: TextViews, out: list[Finding]) -> None:
@@ -632,6 +660,24 @@ def _ipv6(v: TextViews, out: list[Finding]) -> None:
         out.append(_hit("pii.ip", text, start, _with_suffix(text, end, 128)))
 
 
+# A date in a JSON string, alone or glued to its time (`"2024-05-17"`, `"2024-05-17T10:30"`),
+# is a run of digits and dashes of its own (a quote before it, a quote or a letter after):
+# no card (too few digits) nor SSN shape fits in it, and the one phone-shaped run it is is
+# dropped (glued to the letter, or date-like) before any number check. So the card, SSN and
+# phone searches run on the shape with these dates blanked (`x`, in none of their
+# characters: the runs around them stay as they are), one C-speed `replace` each, and JSON
+# rows of timestamps cost no Python step each.
+_JSON_DATES = ((b'"0000-00-00A', b'"xxxxxxxxxxA'), (b'"0000-00-00"', b'"xxxxxxxxxx"'))
+
+
+def _without_json_dates(shape: bytes) -> bytes:
+    if b'"0000-00-00' not in shape:
+        return shape
+    for date, blanked in _JSON_DATES:
+        shape = shape.replace(date, blanked)
+    return shape
+
+
 def scan_pii_views(v: TextViews) -> list[Finding]:
     """Every PII hit in the text, looked for in its normalised view (a card written with
     no-break spaces or full-width digits is a card); overlaps are resolved by the caller."""
@@ -640,15 +686,18 @@ def scan_pii_views(v: TextViews) -> list[Finding]:
 
 def _scan(v: TextViews) -> list[Finding]:
     text = v.text
-    # Each shape has a least number of digits (a card 12, an SSN 9, an IPv4 address 4): text
-    # with fewer (prose: a date, an amount) is not searched for it.
+    # Each shape has a least number of digits (a card 12, an SSN 9, a phone number 7, an IPv4
+    # address 4, an IBAN 2): text with fewer (prose: a date, an amount) is not searched for it.
     digits = v.shape.count(b"0")
-    out = _cards(v) if digits >= 12 else []
-    out += _ibans(v)
+    searched = _without_json_dates(v.shape) if digits >= 7 else v.shape
+    out = _cards(v, searched) if digits >= 12 else []
+    if digits >= 2:
+        out += _ibans(v)
     if digits >= 9:
-        out += _ssns(v)
-    out += _phones(v)
-    if digits >= 4:
+        out += _ssns(v, searched)
+    if digits >= 7:  # (a phone number has 7 or more)
+        out += _phones(v, searched)
+    if digits >= 4 and any(octet in v.shape for octet in _INNER_OCTETS):
         _ipv4(v, out)
     if ":" in text:
         _ipv6(v, out)

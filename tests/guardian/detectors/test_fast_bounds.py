@@ -1,0 +1,54 @@
+"""The detectors' fast paths stay linear (issue 8, Speed): each repeated unit aims at one of
+them (distinct accented letters found one a search, invisible characters looked for by two
+classes, look-alikes next to ASCII letters, other-script lexicons gated on their anchors'
+runs, phone runs counted by digits, the credential-name gate on runs of letters). 10x the
+text must cost about 10x the CPU time, not 100x."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from aap_server.guardian.detectors import scan_all
+from aap_server.guardian.detectors._views import _BASE_LETTERS
+
+_ACCENTED = "".join(map(chr, sorted(_BASE_LETTERS)))
+
+UNITS = {
+    "every accented letter": _ACCENTED + " ",
+    "24 accented letters, one a word": " ".join(_ACCENTED[:24]) + " ",
+    "25 accented letters in one run": _ACCENTED[:25] + " ",
+    "digits of other scripts": "\u0663\u0967 ",
+    "astral invisible characters": "\U000e0041x\U0001d173 ",
+    "look-alikes glued to latin letters": "a\u0430b\u03b1",
+    "a cyrillic word set apart": "plan \u043f\u043b\u0430\u043d ",
+    "russian anchors": "\u0438\u0433\u043d\u043e\u0440\u0438\u0440\u0443\u0439 ",
+    "arabic anchors without a sentence end": "\u062a\u062c\u0627\u0647\u0644 ",
+    "digits": "1234567890",
+    "phone openings": "+1 ",
+    "long decimals": '"total":41.099999999999994,',
+    "iso dates": '"at":"2024-05-01T10:30:00Z",',
+    "assignments": "a=",
+    "json names split by ids": '{"ord_000001":"x","tok3en":1},',
+    "nested json": '{"a":[',
+}
+
+
+def _cpu(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        scan_all(text)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_fast_paths_are_linear_on_pathological_input(name: str) -> None:
+    unit = UNITS[name]
+    small = unit * (20_000 // len(unit))
+    large = unit * (200_000 // len(unit))
+    ratio = _cpu(large) / max(_cpu(small), 1e-4)
+    # Linear: ~10; quadratic: ~100.
+    assert ratio < 30, f"{name}: 10x the input cost {ratio:.0f}x the CPU time"

@@ -1,0 +1,245 @@
+# ruff: noqa: RUF001 (look-alike letters of other scripts are what these tests feed)
+"""The detectors' fast paths give exactly what the plain computation gives (`reference.py`):
+on random texts built from the pieces each path cares about (other scripts, accents,
+invisible characters, digits of other scripts, look-alikes, separators), on the labelled
+corpus, and on pathological input, where the work must stay linear."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aap_server.guardian.detectors import (
+    _views,
+    directives,
+    injection,
+    languages,
+    pii,
+    secret_formats,
+)
+from aap_server.guardian.detectors._views import OffsetMap, TextViews, fold_accents, normalise
+from aap_server.guardian.detectors.base import Finding
+from tests.guardian.detectors import reference
+from tests.guardian.detectors.corpus import build
+from tests.guardian.detectors.multilingual import LANGUAGE_CASES
+from tests.guardian.detectors.test_directive_prefilter import _found, _unfiltered
+
+# Pieces of non-ASCII text: accented letters (one that folds to a folded one, `Ǿ`), spaces
+# and dashes of other kinds, invisible characters and combining marks, digits of other
+# scripts, compatibility forms (NFKC changes them), look-alikes of Latin letters, other
+# scripts, an astral character, and ASCII words and digits beside them.
+_OTHER_PIECES = [
+    "é", "É", "à", "ñ", "ü", "Ǿ", "ǿ", "Ø", "ł", "й", "ё", "ά", "ệ", "Ḉ", "\u00a0", "\u2014",
+    "\u2212", "\u3000", "\u00ad", "\u200b", "\u200d", "\u0301", "\u064b", "\ufe0f",
+    "\U000e0041", "\u0663", "\u0967", "\uff11", "\ufb01", "\uff21", "\u2460", "а", "е", "о",
+    "р", "с", "Α", "ο", "план", "ответ", "系统", "回答に", "النظام", "😀", "ig", "nore", "Q3",
+    "x", "1", "_", " ", " ", "\n", ".", "-", "ign\u043ere", "Caf", "10",
+]  # fmt: skip
+
+
+def _random_texts(pieces: list[str], count: int, seed: int, longest: int = 40) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        "".join(rng.choice(pieces) for _ in range(rng.randint(0, longest))) for _ in range(count)
+    ]
+
+
+def _offsets(folded: tuple[str, OffsetMap] | None) -> tuple[str, list[int]] | None:
+    if folded is None:
+        return None
+    text, offsets = folded
+    return text, [offsets.original(i) for i in range(len(text) + 1)]
+
+
+def test_normalised_view_is_what_the_whole_text_searches_give() -> None:
+    changed = 0
+    for text in _random_texts(_OTHER_PIECES, 4000, 11):
+        expected = _offsets(reference.normalise(text))
+        assert _offsets(normalise(text)) == expected, text
+        changed += expected is not None
+    assert changed > 2000
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x2FFFF), max_size=60))
+def test_normalised_view_of_any_text_is_the_reference_one(text: str) -> None:
+    assert _offsets(normalise(text)) == _offsets(reference.normalise(text))
+
+
+def test_accents_are_folded_as_one_translate_pass_folds_them() -> None:
+    letters = [chr(code) for code in sorted(_views._BASE_LETTERS)]
+    # `Ǿ` folds to `Ø`, which folds to `O`: one pass leaves `Ø` (so must the fast path).
+    assert fold_accents("Ǿ Ø ǿ ø") == reference.fold_accents("Ǿ Ø ǿ ø") == "Ø O ø o"
+    rng = random.Random(12)
+    for count in (1, 3, _views._FEW_ACCENTED, _views._FEW_ACCENTED + 1, len(letters)):
+        for _ in range(50):
+            text = "".join(
+                rng.choice([*rng.sample(letters, count), "a", " ", "п"]) for _ in range(80)
+            )
+            assert fold_accents(text) == reference.fold_accents(text), text
+
+
+def test_corpus_texts_have_the_reference_normalised_view() -> None:
+    cases, _, extra = build()
+    texts = [c.text for c in cases] + list(extra) + [c.text for c in LANGUAGE_CASES]
+    assert sum(not t.isascii() for t in texts) > 100
+    for text in texts:
+        assert _offsets(normalise(text)) == _offsets(reference.normalise(text)), text
+
+
+def test_directives_in_other_scripts_are_what_every_trigger_finds() -> None:
+    """Non-ASCII text: the ASCII triggers are searched only where the text's runs of ASCII
+    letters begin with them, the task sentences only when those runs hold a task word, the
+    CJK and other-script envelopes only when a character or word they need is there."""
+    pieces = [
+        *directives._TRIGGERS,
+        *str.split(
+            "your answer reply code below following write list please can you is this are these"
+            " give me tell the a to of in"
+        ),
+        "é", "ответ", "в своем ответе", "дорогой ассистент", "回答に", "返答に", "你的回答",
+        "【系统】", "[システム]", "<система>", "### النظام:",
+        "\u00a0", "\u2014", "п", "\u0301", "ü", "9",
+    ]  # fmt: skip
+    rng = random.Random(13)
+    hits = 0
+    for _ in range(2000):
+        text = "".join(
+            rng.choice(["", " ", "\n", ". ", "é", "п", "—"]) + rng.choice(pieces)
+            for _ in range(rng.randint(1, 30))
+        )
+        if text.isascii():
+            continue
+        expected = _unfiltered(text)
+        assert _found(text) == expected, text
+        hits += bool(expected)
+    assert hits > 300
+
+
+def test_words_are_the_runs_of_ascii_letters_of_any_text() -> None:
+    # Other characters split words (`à` and `план` are no ASCII letters): a trigger word that
+    # stands after one (`é the`) still begins a run.
+    words = TextViews("Café à 10\u00a0h, réunion — план Q3; éthe é the").words
+    assert words == {b"caf", b"h", b"r", b"union", b"q", b"the"}
+
+
+def test_credential_names_are_gated_as_the_whole_squeezed_text_gates_them() -> None:
+    """The anchors are searched in the distinct runs of letters of the squeezed text (digits
+    split them), not in all of it: same answer, a keyword spelled across separators too."""
+    anchors = [a.decode() for a in secret_formats._NAME_ANCHORS]
+    pieces = [*anchors, *(a[:2] for a in anchors), *(a[2:] for a in anchors), "_", "-", ".",
+              '"', ":", " ", "1", "2024", "é", "ord_", "id", "At", "KEY", "Tok", "en"]  # fmt: skip
+    rng = random.Random(14)
+    named = 0
+    for _ in range(3000):
+        text = "".join(
+            rng.choice(pieces) + rng.choice(["", "", "7", "42"]) for _ in range(rng.randint(0, 24))
+        )
+        if rng.random() < 0.5:
+            text = text.replace(rng.choice(pieces), rng.choice(["0", "9", "", "\u00e9"]))
+        expected = reference.may_name_a_credential(text)
+        assert secret_formats._may_name_a_credential(text) == expected, text
+        named += expected
+    assert 500 < named < 2900
+
+
+def test_dropped_characters_are_those_of_the_one_class() -> None:
+    codes = [*range(0x80, 0x30000), *range(0xE0000, 0xE0300)]
+    assert [c for c in codes if _views._has_dropped(chr(c))] == [
+        c for c in codes if _views._DROPPED_ONE.match(chr(c))
+    ]
+    assert _views._has_dropped("plain text \U000e0041 with a tag")
+    assert not _views._has_dropped("plain text \U0001f600 with an emoji")
+
+
+_NUMBER_PIECES = [
+    "0", "1", "4", "5", "7", "9", "12", "415", "555", "0132", "4111", "1111", "020", "7946",
+    "0958", "06", "13812345678", "2024-05-01", "T10:30:00Z", "41.099999999999994", "13.7",
+    "12345678901234567890", " ", " ", "-", ".", "/", "(", ")", "+", "+1 ", "+44 ", ",", ":",
+    '"', "T", "Z", "a", "ord_", "_", "\n", "phone ", "call ", "my number is ", "card ",
+    "SSN ", "ip ", "v", "DE", "GB82", "NL91ABNA0417164300", "078-05-1120", "192.168.1.20",
+    '"2024-05-01"', '"2024-05-01T', "555-0132", "4111-1111-", "1111-1111", "10.20.30.40",
+    "ip 10.0.0.1", "10.0.12.1",
+]  # fmt: skip
+
+
+def _spans(findings: list[Finding]) -> list[tuple[str, int, int]]:
+    return sorted((f.detector, f.start, f.end) for f in findings)
+
+
+@pytest.mark.parametrize("checks", [pii.MAX_PHONE_CHECKS, 2])
+def test_pii_shortcuts_find_what_every_candidate_finds(
+    checks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kinds skipped for too few digits, phone runs skipped for too few or too many digits
+    (with no later group), candidates glued to a word or a longer number dropped first: the
+    same findings as trying each, also when the budget of phone checks runs out."""
+    monkeypatch.setattr(pii, "MAX_PHONE_CHECKS", checks)
+    rng = random.Random(15)
+    texts = _random_texts(_NUMBER_PIECES, 3000, 15, longest=30)
+    texts += [_json_rows(rng) for _ in range(100)]
+    found = 0
+    for text in texts:
+        monkeypatch.setattr(pii, "_PHONE_VERDICTS", {})  # each run decides afresh
+        expected = _spans(reference.scan_pii(TextViews(text)))
+        monkeypatch.setattr(pii, "_PHONE_VERDICTS", {})
+        assert _spans(pii._scan(TextViews(text))) == expected, text
+        found += any(kind == "pii.phone" for kind, _, _ in expected)
+    assert found > 100
+
+
+def _json_rows(rng: random.Random) -> str:
+    """A JSON tool result: ids, amounts, timestamps, now and then a phone number or a card."""
+    rows = [
+        {
+            "id": f"ord_{rng.randint(0, 10**6):06d}",
+            "total": rng.randint(0, 10**5) * rng.choice([13.7, 0.01, 1]),
+            "at": f"2024-05-{rng.randint(1, 28):02d}T10:{rng.randint(0, 59):02d}:00Z",
+            "note": rng.choice(
+                ["", "call (415) 555-0132", "card 4111 1111 1111 1111", "+44 20 7946 0958"]
+            ),
+        }
+        for _ in range(rng.randint(1, 30))
+    ]
+    return msgspec.json.encode(rows).decode()
+
+
+def test_other_script_lexicons_are_skipped_only_without_their_anchors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lexicon of another script is searched only when one of its anchors' non-ASCII runs
+    is among the text's non-ASCII characters: same spans as searching it always."""
+    anchors = [a.text for c in languages._COMPILED if not c.latin for a in c.anchors]
+    pieces = [*anchors, *(a[:2] for a in anchors), " ", ". ", "\n", "план", "ai", "système",
+              "должен", "отправить", "все", "инструкции", ", ", "的", "必须"]  # fmt: skip
+    rng = random.Random(16)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(1500)]
+    views = [TextViews(text).normal for text in texts]
+    fast = [languages.scan_languages(v.lower, v.words) for v in views]
+    for c in languages._COMPILED:
+        monkeypatch.setattr(c, "other_keys", None)
+    assert fast == [languages.scan_languages(v.lower, v.words) for v in views]
+    assert sum(map(bool, fast)) > 80
+
+
+@pytest.mark.parametrize("padding", ["", "the plan. " * 60, "plan \u043f\u043b\u0430\u043d. " * 40])
+def test_override_anchors_of_short_and_long_texts_lead_to_every_phrase(padding: str) -> None:
+    """Short texts are searched for the anchors themselves, longer ones through their words
+    (ASCII or not): each finds every phrase a search of the whole text finds."""
+    pieces = ["ignore", "all", "previous", "instructions", "you are now", "DAN", "system",
+              "prompt:", "disregard", "the above", "reveal", "your", "restrictions", " ",
+              " ", "\n", ".", "now", "Ign", "ore", "forget", "é", "п",
+              "ignore all previous instructions", "system prompt:", "you are now DAN "]  # fmt: skip
+    found = 0
+    for core in _random_texts(pieces, 1500, 17, longest=30):
+        text = padding + core + padding
+        views = TextViews(text).normal
+        lower = views.lower
+        expected = [m.span() for m in injection._override_matches(lower, 0, len(lower))]
+        assert [(f.start, f.end) for f in injection._overrides(views)] == expected, text
+        found += bool(expected)
+    assert found > 200
