@@ -242,6 +242,13 @@ async def test_ten_thousand_deltas_make_one_message(engine: Engine, mode: Stream
         assert texts(out) == [said]
     elif mode == "delta":
         assert "".join(e.delta for e in out if isinstance(e, TextDeltaEvent)) == said
+    else:  # no client reads deltas: the engine makes none, whatever the agent sends
+        assert [type(e).__name__ for e in out] == [
+            "TurnStartEvent",
+            "AssistantText",
+            "MessageOut",
+            "TurnStopEvent",
+        ]
     assert texts(await engine.full()) == ["count", said]
     assert await engine.free()
 
