@@ -385,7 +385,8 @@ class AapService:
             raise UnavailableError("the server is shutting down; retry shortly")
         options = request.agent.options if request.agent is not None else None
         check_limits(self.limits, request.messages, options, request.tools)
-        await self._refuse_if_busy(principal, session_id)
+        if session_id in self._active or session_id in self._deleting:
+            await self._refuse_if_busy(principal, session_id)
         # Take the lock first, then read everything the turn needs in one go: the previous
         # turn stored its results before releasing the lock, so this read is current.
         turn = Turn(new_id("turn_"), request.stream or "none")

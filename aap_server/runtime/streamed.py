@@ -140,8 +140,9 @@ class Streamed:
     def _send(self, text: str) -> None:
         after = self.after
         if after is not None:
-            after.close()
-            if after.holding:
+            if not after._closed:
+                after.close()
+            if after._released_length < after._length:  # it holds text: this waits for it
                 if text:
                     self._waiting.append(text)
                 return
