@@ -31,7 +31,7 @@ from aap_server.protocol import (
     TurnStartEvent,
     TurnStopEvent,
 )
-from aap_server.runtime.deadline import TurnDeadline
+from aap_server.runtime.deadline import TurnDeadlines
 from aap_server.runtime.errors import (
     ConflictError,
     InvalidRequestError,
@@ -153,6 +153,7 @@ class AapService:
         self.store = store
         self.guardian = FailClosed(guardian, guardian_timeout_seconds)
         self.turn_timeout_seconds = turn_timeout_seconds
+        self._deadlines = TurnDeadlines()  # every running turn's, watched by one timer
         self.page_size = page_size
         # How long a permission request waits for its `tool_permission` (math.inf: forever);
         # after that a grant runs nothing and a user message may move the session on.
@@ -614,7 +615,7 @@ class AapService:
         observed_token = observed.enter()
         reason: StopReason = "error"  # what `finish` emits when it is cancelled
         completed = False
-        deadline = TurnDeadline(self.turn_timeout_seconds)
+        deadline = self._deadlines.start(self.turn_timeout_seconds)
         try:
             reason = await run.finish()
         except asyncio.CancelledError as error:

@@ -295,3 +295,28 @@ async def test_a_cancelled_request_stores_its_none_turn_and_frees_the_session_on
     reason, messages = await engine.turn("after")
     assert (reason, texts(messages)) == ("end_turn", ["Echo: after"])
     assert await engine.free()  # freed once: a second release would have gone negative or raised
+
+
+async def test_one_timer_cuts_each_turn_at_its_own_deadline(engine: Engine) -> None:
+    """Deadlines share one timer: a later turn with an earlier deadline is cut first, the
+    earlier one still at its own, and turns that end in time are never cut."""
+    service = engine.service
+    other = await service.create_session(
+        LOCAL_PRINCIPAL, PostSessionsRequest(agent=AgentConfig(name="scripted"))
+    )
+    engine.model.respond_with = forever
+    service.turn_timeout_seconds = 2.0
+    first = asyncio.create_task(engine.turn("slow deadline"))
+    await asyncio.wait_for(engine.model.started.wait(), 5)
+    service.turn_timeout_seconds = 0.2
+    second = asyncio.create_task(Engine(service, engine.model, other.session_id).turn("soon"))
+    assert (await second)[0] == "error"
+    assert not first.done()  # cut at its own deadline, not at the other's
+    assert len(service._deadlines.running) == 1
+    assert (await first)[0] == "error"
+    engine.model.respond_with = echo
+    for index in range(3):  # each within its deadline: the timer left for it cuts nothing
+        assert (await engine.turn(f"quick {index}"))[0] == "end_turn"
+    await asyncio.sleep(0.4)
+    assert not service._deadlines.running
+    assert await engine.free()
