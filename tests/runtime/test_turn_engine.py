@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from aap_server.agent import (
@@ -320,3 +321,39 @@ async def test_one_timer_cuts_each_turn_at_its_own_deadline(engine: Engine) -> N
     await asyncio.sleep(0.4)
     assert not service._deadlines.running
     assert await engine.free()
+
+
+async def test_a_client_hanging_up_on_a_none_turn_over_http_does_not_stop_it(
+    tmp_path: Path,
+) -> None:
+    """The inline `none` turn runs in the request's task: uvicorn does not cancel that task
+    when the client goes away, so the turn runs to its end and stores its reply."""
+    from aap_server.api.app import create_app
+    from aap_server.config import Settings
+    from tests.conftest import serve, wait_until
+
+    model = Scripted()
+    gate = asyncio.Event()
+
+    async def gated(request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        await gate.wait()
+        yield TextDelta(text="said after the hang-up")
+
+    model.respond_with = gated
+    app = create_app(Settings(db=str(tmp_path / "http.db")), [agent(model)])
+    service: AapService = app.state.service
+    async with serve(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        created = await client.post("/sessions", json={"agent": {"name": "scripted"}})
+        session_id = created.json()["sessionId"]
+        body = {"messages": [{"role": "user", "content": "hello"}]}
+        request = asyncio.create_task(client.post(f"/sessions/{session_id}/turns", json=body))
+        await asyncio.wait_for(model.started.wait(), 5)
+        request.cancel()  # the client hangs up mid-turn
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        await asyncio.sleep(0.1)  # the server sees the connection close
+        gate.set()
+        await wait_until(lambda: not service._active, within=5)
+        history = await client.get(f"/sessions/{session_id}/history", params={"type": "full"})
+        contents = [m["content"] for m in history.json()["history"]["full"]]
+        assert contents == ["hello", "said after the hang-up"]
