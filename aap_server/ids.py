@@ -69,9 +69,9 @@ class IdGenerator:
 
     def new(self, prefix: str) -> str:
         now_ms, rest = self._next()
+        pairs = _PAIRS
         ms, time_text = self._time
-        if ms != now_ms:
-            pairs = _PAIRS  # the first 10 characters: the time's 48 bits (in 50)
+        if ms != now_ms:  # the first 10 characters: the time's 48 bits (in 50)
             time_text = pairs[(now_ms >> 40) & 1023] + _forty_bits(now_ms)
             self._time = (now_ms, time_text)
         upper, upper_text = self._upper
@@ -79,7 +79,16 @@ class IdGenerator:
             upper = rest >> 40
             upper_text = _forty_bits(upper)
             self._upper = (upper, upper_text)
-        return prefix + time_text + upper_text + _forty_bits(rest & _LOW_40)
+        # The last 40 bits, written here (not by `_forty_bits`): one call fewer per id.
+        return (
+            prefix
+            + time_text
+            + upper_text
+            + pairs[(rest >> 30) & 1023]
+            + pairs[(rest >> 20) & 1023]
+            + pairs[(rest >> 10) & 1023]
+            + pairs[rest & 1023]
+        )
 
 
 _default = IdGenerator()

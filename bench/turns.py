@@ -8,13 +8,24 @@ turn cannot beat: HTTP + auth-free routing + JSON).
     python bench/turns.py [--seconds 4] [--concurrency 16]
 
 Client and server share the machine's cores, so absolute figures understate the server.
+
+`--engine` drives the turn engine (AapService) in-process instead, with no HTTP: the bench
+echo agent, SQLite, the default policy, `--concurrency` sessions at once. It prints, per
+turn, the ids and asyncio tasks made, the Python bytecode instructions run on the event loop
+by module (deterministic: the same on a busy machine, so a change of a few percent shows),
+and the loop thread's CPU time (noisy). `--against REF` runs the same in a checkout of REF
+(a subprocess) and prints both:
+
+    python bench/turns.py --engine [--mode none|delta|message] [--size 96|1024] [--against main]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,11 +33,15 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if _TREE := os.environ.get("BENCH_ENGINE_TREE"):  # `--engine --against`: the checkout's code
+    sys.path.insert(0, _TREE)
 from bench._common import Connection, launch_server, p99, wait_ready
 
 KEY = "bench-key"
@@ -133,9 +148,176 @@ async def measure(connections: list[Connection], sessions: list[str], seconds: f
     print(f"ratio delta turns / baseline GETs  {delta_rate / base:7.2f}")
 
 
+def _module_of(filename: str) -> str:
+    """Where the event loop's bytecode runs, as the engine's bench reports it."""
+    for part, name in (
+        ("aap_server/runtime/", "runtime"),
+        ("aap_server/guardian/", "guardian"),
+        ("aap_server/store/", "store"),
+        ("aap_server/telemetry/", "telemetry"),
+        ("aap_server/ids.py", "ids"),
+        ("aap_server/", "aap_server (other)"),
+        ("asyncio/", "asyncio"),
+        ("echo_agent.py", "bench agent"),
+    ):
+        if part in filename:
+            return name
+    return "other"
+
+
+async def engine(mode: str, size: int, concurrency: int, turns: int) -> dict[str, Any]:
+    """Work per turn of AapService driven in-process (see the module's docstring)."""
+    from aap_server import ids
+    from aap_server.api.app import assemble_guardian
+    from aap_server.config import Settings
+    from aap_server.protocol import (
+        AgentConfig,
+        PostSessionsRequest,
+        PostSessionTurnRequest,
+        UserMessage,
+    )
+    from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
+    from aap_server.runtime.views import none_answer
+    from aap_server.store import SqliteSessionStore
+    from bench.echo_agent import AGENT
+    from bench.throughput import LARGE, SMALL
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteSessionStore(str(Path(tmp) / "engine.db"))
+        await store.open()
+        service = AapService(
+            registry=AgentRegistry([AGENT]),
+            store=store,
+            guardian=assemble_guardian(Settings(), None).guardian,
+        )
+        sessions = []
+        for _ in range(concurrency):
+            request = PostSessionsRequest(agent=AgentConfig(name=AGENT.name))
+            sessions.append((await service.create_session(LOCAL_PRINCIPAL, request)).session_id)
+        message = SMALL if size < 1024 else LARGE
+        body = PostSessionTurnRequest(stream=mode, messages=[UserMessage(content=message)])  # type: ignore[arg-type]
+
+        async def turns_on(session_id: str, count: int) -> None:
+            for _ in range(count):
+                turn = await service.start_turn(LOCAL_PRINCIPAL, session_id, body)
+                if turn.mode == "none":
+                    stop = (await none_answer(turn.queue)).stop_reason
+                else:
+                    stop = [event async for event in turn.events()][-1].stop_reason  # type: ignore[union-attr]
+                assert stop == "end_turn", stop
+
+        async def run(each: int) -> None:
+            await asyncio.gather(*(turns_on(session_id, each) for session_id in sessions))
+
+        await run(max(1, 400 // concurrency))  # warm-up: imports, caches, first compactions
+        counted = max(1, 100 // concurrency)  # one batch compaction a session
+        done = counted * concurrency
+        made: collections.Counter[str] = collections.Counter()
+        new_id = ids._default.new
+
+        def counting_new(prefix: str) -> str:
+            made["ids"] += 1
+            return new_id(prefix)
+
+        def counting_tasks(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> Any:
+            made["tasks"] += 1
+            return asyncio.Task(coro, loop=loop, **kw)
+
+        opcodes: collections.Counter[str] = collections.Counter()
+
+        def trace(frame: FrameType, event: str, _: object) -> Any:
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                opcodes[_module_of(frame.f_code.co_filename)] += 1
+            return trace
+
+        loop = asyncio.get_running_loop()
+        ids._default.new = counting_new  # type: ignore[method-assign]
+        loop.set_task_factory(counting_tasks)
+        sys.settrace(trace)
+        try:
+            await run(counted)
+        finally:
+            sys.settrace(None)
+            loop.set_task_factory(None)
+            ids._default.new = new_id  # type: ignore[method-assign]
+        cpu = []
+        each = max(1, turns // concurrency)
+        for _ in range(5):
+            start = time.thread_time()
+            await run(each)
+            cpu.append((time.thread_time() - start) / (each * concurrency) * 1e6)
+        await store.close()
+    return {
+        "ids": made["ids"] / done,
+        "tasks": made["tasks"] / done,
+        "opcodes": {name: count / done for name, count in opcodes.items()},
+        "cpu_us_min": min(cpu),
+        "cpu_us_median": statistics.median(cpu),
+    }
+
+
+def report_engine(figures: dict[str, dict[str, Any]]) -> None:
+    names = list(figures)
+    print(f"{'per turn':<22}" + "".join(f"{name:>16}" for name in names))
+    for key in ("ids", "tasks", "cpu_us_min", "cpu_us_median"):
+        print(f"{key:<22}" + "".join(f"{figures[n][key]:16.1f}" for n in names))
+    modules = sorted(
+        {m for n in names for m in figures[n]["opcodes"]},
+        key=lambda m: -figures[names[0]]["opcodes"].get(m, 0),
+    )
+    totals = {n: sum(figures[n]["opcodes"].values()) for n in names}
+    print(f"{'bytecodes on the loop':<22}" + "".join(f"{totals[n]:16.0f}" for n in names))
+    for module in modules:
+        row = "".join(f"{figures[n]['opcodes'].get(module, 0):16.0f}" for n in names)
+        print(f"  {module:<20}{row}")
+
+
+def engine_main(arguments: argparse.Namespace) -> None:
+    if arguments.engine_json:  # the subprocess run in a checkout of --against
+        figures = asyncio.run(
+            engine(arguments.mode, arguments.size, arguments.concurrency, arguments.turns)
+        )
+        print(json.dumps(figures))
+        return
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [("this tree", Path(__file__).resolve().parent.parent)]
+        if arguments.against:
+            from bench.throughput import checkout
+
+            trees.append((f"@{arguments.against}", checkout(arguments.against, Path(tmp))))
+        for name, root in trees:
+            command = [sys.executable, __file__, "--engine", "--engine-json"]
+            command += [f"--mode={arguments.mode}", f"--size={arguments.size}"]
+            command += [f"--concurrency={arguments.concurrency}", f"--turns={arguments.turns}"]
+            done = subprocess.run(
+                command,
+                env={**os.environ, "BENCH_ENGINE_TREE": str(root)},
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"engine in-process, `{arguments.mode}` turns, {arguments.size} B message, "
+        f"{arguments.concurrency} sessions at once"
+    )
+    report_engine(results)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--engine", action="store_true", help="the engine in-process, no HTTP")
+    parser.add_argument("--engine-json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="none", choices=["none", "delta", "message"])
+    parser.add_argument("--size", type=int, default=96, help="message bytes: 96 or 1024")
+    parser.add_argument("--turns", type=int, default=1000, help="turns per CPU sample")
+    parser.add_argument("--against", help="a git ref to compare with (--engine)")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.seconds, arguments.concurrency))
+    if arguments.engine:
+        engine_main(arguments)
+    else:
+        asyncio.run(main(arguments.seconds, arguments.concurrency))

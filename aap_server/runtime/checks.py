@@ -129,6 +129,8 @@ class GuardianChecks:
         # taken back before each check, which costs a lookup while the guardian still holds
         # the session (after a restart or an eviction, even mid-turn, it restores them).
         self.memory = memory
+        # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
+        self._scope = CheckScope(session_id=session_id)
         self._audit: list[AuditDraft] = []
 
     def remember(self, record: bytes, whole: bool) -> None:
@@ -141,9 +143,7 @@ class GuardianChecks:
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         if self.memory is not None:
             self.guardian.import_session(self.session_id, self.memory)
-        # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
-        scope = CheckScope(session_id=self.session_id)
-        verdict, draft = await check_recorded(self.guardian, request, scope, self.turn_id)
+        verdict, draft = await check_recorded(self.guardian, request, self._scope, self.turn_id)
         self._audit.append(draft)
         return verdict
 

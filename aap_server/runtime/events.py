@@ -59,7 +59,9 @@ class TurnEvents:
 
     def put_nowait(self, event: EngineEvent | None) -> None:
         self._ready.append(event)
-        self.wake()
+        waiter = self._waiter  # `wake`, written out: this runs for every delta
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def wake(self) -> None:
         """Let the reader's `wait` return (with nothing new, it finds nothing to take)."""

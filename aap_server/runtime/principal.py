@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import msgspec
 
 
-class Principal(msgspec.Struct, frozen=True, kw_only=True):
+class Principal(msgspec.Struct, frozen=True, kw_only=True, dict=True):
     user_id: str
     org_id: str
 
-    @property
+    @cached_property
     def owner(self) -> str:
-        """The key sessions are stored under (ids cannot contain ':', the key separator)."""
+        """The key sessions are stored under (ids cannot contain ':', the key separator);
+        made once per principal (a turn asks for it half a dozen times)."""
         return f"{self.org_id}:{self.user_id}"
 
 

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextvars import Token
+from typing import Any
 
 from aap_server.guardian import FailClosed, Guardian
 from aap_server.ids import new_id
@@ -30,6 +31,7 @@ from aap_server.protocol import (
     TurnStartEvent,
     TurnStopEvent,
 )
+from aap_server.runtime.deadline import TurnDeadlines
 from aap_server.runtime.errors import (
     ConflictError,
     InvalidRequestError,
@@ -113,7 +115,9 @@ def _without_placeholders(
 
 class Turn:
     """A started turn: its events, already past `turn_start`, arrive through a queue that the
-    turn's own task fills, so a client that goes away does not stop the turn."""
+    turn's own task fills, so a client that goes away does not stop the turn. A `none` turn
+    has no reader until it ends: the request's task runs it before `start_turn` returns, and
+    its queue then holds every event (see `AapService._run_inline`)."""
 
     def __init__(self, turn_id: str, mode: StreamMode) -> None:
         self.turn_id = turn_id
@@ -149,6 +153,7 @@ class AapService:
         self.store = store
         self.guardian = FailClosed(guardian, guardian_timeout_seconds)
         self.turn_timeout_seconds = turn_timeout_seconds
+        self._deadlines = TurnDeadlines()  # every running turn's, watched by one timer
         self.page_size = page_size
         # How long a permission request waits for its `tool_permission` (math.inf: forever);
         # after that a grant runs nothing and a user message may move the session on.
@@ -162,7 +167,9 @@ class AapService:
         self._active: dict[str, str] = {}  # session id -> running turn id
         # The same rule across replicas sharing a database (see runtime/turn_lease.py).
         self.leases = TurnLeases(store, turn_lease_seconds)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The tasks running turns: each streamed turn's own, and the request's task while it
+        # runs a `none` turn inline (shutdown waits for them all, then cancels them).
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
         self._shutdown: asyncio.Future[None] | None = None  # see `shutdown`
@@ -379,7 +386,8 @@ class AapService:
             raise UnavailableError("the server is shutting down; retry shortly")
         options = request.agent.options if request.agent is not None else None
         check_limits(self.limits, request.messages, options, request.tools)
-        await self._refuse_if_busy(principal, session_id)
+        if session_id in self._active or session_id in self._deleting:
+            await self._refuse_if_busy(principal, session_id)
         # Take the lock first, then read everything the turn needs in one go: the previous
         # turn stored its results before releasing the lock, so this read is current.
         turn = Turn(new_id("turn_"), request.stream or "none")
@@ -390,6 +398,7 @@ class AapService:
         fence: Token[TurnFence | None] | None = None
         kept: CachedSession | None = None  # the session as the turn found it (cache on)
         run: TurnRun | None = None
+        inline = False  # a `none` turn: run below by this task, with the fence still set
         try:
             # A session kept in memory is not read again: the quota check its read would
             # have made is made in the lease's transaction instead.
@@ -439,14 +448,17 @@ class AapService:
                         await run.flush_audit()  # the refusal is on the audit trail too
                         raise
                 await run.start()
-            task = asyncio.create_task(self._finish(run, turn, principal, observed, kept))
+            if turn.mode == "none":
+                inline = True
+            else:
+                task = asyncio.create_task(self._finish(run, turn, principal, observed, kept))
             running = True
         except BaseException as error:
             if observed is not None:
                 observed.rejected(error)
             raise
         finally:
-            if fence is not None:
+            if fence is not None and not inline:
                 turn_fence.reset(fence)
             if not running:  # refused, or nothing to run
                 if run is not None and run.write_failed:
@@ -454,9 +466,42 @@ class AapService:
                 elif kept is not None and (run is None or not run.committed):
                     self.sessions.put(session_id, kept)  # nothing written: still the session
                 await self._end_turn(principal, session_id, turn.turn_id)
+        if inline:
+            assert fence is not None
+            try:
+                await self._run_inline(run, turn, principal, observed, kept)
+            finally:
+                turn_fence.reset(fence)
+            return turn
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return turn
+
+    async def _run_inline(
+        self,
+        run: TurnRun,
+        turn: Turn,
+        principal: Principal,
+        observed: TurnObservation,
+        kept: CachedSession | None,
+    ) -> None:
+        """A `none` turn, run to its end by the request's own task: no client reads its
+        events before it ends, so a task of its own, a hand-off per event and a wake-up of
+        the reader would only cost. The request's task stands for the turn's meanwhile:
+        shutdown waits for it and stops it as it would the turn's task, and the turn then
+        ends with `turn_stop` `error` as a stopped task's does (the request answers it). A
+        hang-up does not stop it (uvicorn does not cancel a request's task when its client
+        goes away; any other cancellation stops the turn, stored and freed as at shutdown)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._finish(run, turn, principal, observed, kept)
+        except asyncio.CancelledError:
+            if self._accepting or task.uncancel() > 0:
+                raise  # not the shutdown stopping the turn: the cancellation goes on
+        finally:
+            self._tasks.discard(task)
 
     async def _load_turn(
         self, principal: Principal, session_id: str, claim: TurnClaim
@@ -567,16 +612,20 @@ class AapService:
         observed: TurnObservation,
         kept: CachedSession | None,
     ) -> None:
-        observed.enter()  # this task's own context: nothing to reset
+        observed_token = observed.enter()
         reason: StopReason = "error"  # what `finish` emits when it is cancelled
         completed = False
+        deadline = self._deadlines.start(self.turn_timeout_seconds)
         try:
-            async with asyncio.timeout(self.turn_timeout_seconds):
-                reason = await run.finish()
-            completed = reason != "error"
-        except TimeoutError:
+            reason = await run.finish()
+        except asyncio.CancelledError as error:
+            if not deadline.stop(error):
+                raise
             logger.warning("turn %s timed out", turn.turn_id)
+        else:
+            completed = reason != "error"
         finally:
+            deadline.stop(None)  # no cancellation of this task once the turn has ended
             try:
                 if run.write_failed:  # cut short (a timeout): its write may still be landing
                     await self.store.writes_settled()
@@ -586,6 +635,7 @@ class AapService:
             finally:  # the client's stream ends whatever freeing the turn raised
                 turn.queue.put_nowait(None)
                 observed.stopped(reason, run.awaiting_permissions, run.usage)
+                observed.leave(observed_token)  # the request's context, when run inline
 
     async def shutdown(self, grace_seconds: float) -> None:
         """Take no new turns; let running ones finish within the grace period, then stop them

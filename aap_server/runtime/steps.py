@@ -239,7 +239,8 @@ class StepFactory:
     ) -> aos.MessageStep:
         context = self._context()
         message = aos.Message(
-            id=new_id("msg_"),
+            # The step's own id under the message prefix: unique as the step's is, one id less.
+            id="msg_" + context.step_id.removeprefix("step_"),
             role="user" if role == "user" else "agent",
             content=content_to_parts(content),
         )

@@ -44,6 +44,30 @@ def merge_blocks(blocks: list[ContentBlock]) -> list[ContentBlock]:
     return merged
 
 
+class Held:
+    """One kind of text (text or thinking) of a message no client sees delta by delta
+    (`none` and `message` streams): only collected. The whole message is screened once, by
+    its `steps/message` check, and a delta event would reach nobody (the views drop them)."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    @property
+    def whole(self) -> str:
+        return "".join(self.pieces)
+
+    def feed(self, delta: str) -> None:
+        self.pieces.append(delta)
+
+    def finish(self) -> None:
+        """The message was allowed: nothing to let out (no one reads deltas)."""
+
+    def finish_as(self, modified: str) -> None:
+        """The message was modified: nothing left, so nothing to correct."""
+
+
 class Streamed:
     """One kind of delta (text or thinking) of one message: what the model said, and what
     the guardian's text screen has let out so far.
@@ -116,8 +140,9 @@ class Streamed:
     def _send(self, text: str) -> None:
         after = self.after
         if after is not None:
-            after.close()
-            if after.holding:
+            if not after._closed:
+                after.close()
+            if after._released_length < after._length:  # it holds text: this waits for it
                 if text:
                     self._waiting.append(text)
                 return

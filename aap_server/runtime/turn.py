@@ -28,7 +28,7 @@ from aap_server.agent import (
     Usage,
     text_of,
 )
-from aap_server.guardian import FailClosed, HoldMessage, TextScreen
+from aap_server.guardian import FailClosed
 from aap_server.ids import new_id
 from aap_server.protocol import (
     AgentConfig,
@@ -67,7 +67,7 @@ from aap_server.runtime.guarded_context import GuardedResources, GuardedToolCont
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import HostedAgent
 from aap_server.runtime.steps import simplify
-from aap_server.runtime.streamed import Streamed, merge_blocks, message_blocks
+from aap_server.runtime.streamed import Held, Streamed, merge_blocks, message_blocks
 from aap_server.runtime.tool_runs import INTERRUPTED, WITHHELD, ToolRunner
 from aap_server.runtime.validation import answer_of
 from aap_server.store import (
@@ -132,12 +132,10 @@ class TurnRun:
         # Only calls awaiting an answer; answered ones are dropped with the next pending write.
         self.pending = [call for call in pending if call.awaiting]
         self.refuse_modified_input = refuse_modified_input
-        # No client sees deltas (`none`, `message`): text is screened once, as the whole
-        # message, by its `steps/message` check; the guardian's delta screen would only scan
-        # the same text again as it streams.
-        self._screen: Callable[[], TextScreen] = (
-            guardian.text_screen if deltas_seen else HoldMessage
-        )
+        # No client sees deltas (`none`, `message`): text is only collected (`Held`) and
+        # screened once, as the whole message, by its `steps/message` check; the guardian's
+        # delta screen would only scan the same text again as it streams.
+        self._deltas_seen = deltas_seen
         # No event of the turn reaches the client before it ends (`none`): the input's write
         # goes with the turn's next one (one transaction, one hop fewer), still committed
         # before anything is acknowledged (README "Benchmarks": durability).
@@ -353,8 +351,14 @@ class TurnRun:
         )
         # Deltas leave as the guardian's text screen releases them; the rest once the whole
         # message has passed its `steps/message` check.
-        thinking = Streamed(self._screen(), ThinkingDeltaEvent, self.emit)
-        text = Streamed(self._screen(), TextDeltaEvent, self.emit, after=thinking)
+        thinking: Streamed | Held
+        text: Streamed | Held
+        if self._deltas_seen:
+            streamed = Streamed(self.guardian.text_screen(), ThinkingDeltaEvent, self.emit)
+            text = Streamed(self.guardian.text_screen(), TextDeltaEvent, self.emit, after=streamed)
+            thinking = streamed
+        else:
+            thinking, text = Held(), Held()
         calls: list[ToolCall] = []
         model_stop: StopReason = "end_turn"
         async for output in self.agent.model.respond(request):
