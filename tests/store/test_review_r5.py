@@ -218,3 +218,37 @@ async def test_two_processes_interleaving_steps_and_deletions_on_shared_sessions
         assert all(report.broken_at is None for report in reports), reports
     finally:
         await store.close()
+
+
+def _evicting_commit_cpu(limit: int) -> float:
+    """CPU per `_Layered.commit` of a key not kept, once `limit` keys are (each one evicts the
+    least recently written): the median of 5 rounds."""
+    import statistics
+    import time
+
+    from aap_server.store.sqlite import _Layered
+
+    kept: _Layered[str, int] = _Layered(limit)
+    keys = [f"sess_{i}" for i in range(2 * limit)]
+    for key in keys:
+        kept.put(key, 1)
+        kept.commit()
+    rounds = []
+    for _ in range(5):
+        started = time.process_time()
+        for key in keys[:2000]:
+            kept.put(key, 1)
+            kept.commit()
+        for key in keys[2000:]:  # the rest, so the next round's keys are the oldest again
+            kept.put(key, 1)
+            kept.commit()
+        rounds.append((time.process_time() - started) / len(keys))
+    return statistics.median(rounds)
+
+
+def test_forgetting_the_oldest_session_costs_the_same_at_10_000_kept_as_at_100() -> None:
+    """Past KNOWN_SESSIONS every step on a session not kept forgets the oldest: that must not
+    cost a scan of the sessions forgotten before (a dict used as a FIFO does: `next(iter(d))`
+    walks the slots its deletions emptied, ~10x at 10,000 and ~100x at 100,000)."""
+    small, large = _evicting_commit_cpu(100), _evicting_commit_cpu(10_000)
+    assert large < 3 * small, (small, large)
