@@ -252,3 +252,32 @@ def test_forgetting_the_oldest_session_costs_the_same_at_10_000_kept_as_at_100()
     walks the slots its deletions emptied, ~10x at 10,000 and ~100x at 100,000)."""
     small, large = _evicting_commit_cpu(100), _evicting_commit_cpu(10_000)
     assert large < 3 * small, (small, large)
+
+
+async def test_a_step_past_the_rows_of_one_insert_keeps_every_seq_and_the_chain(
+    tmp_path: Path,
+) -> None:
+    from aap_server.store import GuardianMemory
+
+    from .helpers import assistant, draft
+
+    path = str(tmp_path / "aap.db")
+    store = SqliteSessionStore(path, StoreLimits(max_stored_bytes=10**9))
+    await store.open()
+    try:
+        a = new_record()
+        await store.create_session(a, [user("seed")], audit=[draft("created")])
+        many = 2 * 200 + 1  # three INSERTs of each table
+        big = StepWrite(
+            full=[assistant(f"f{i}") for i in range(many)],
+            compacted=[assistant(f"c{i}") for i in range(many)],
+            audit=[draft(f"a{i}") for i in range(many)],
+            guardian_memory=GuardianMemory(records=tuple(b"r%d" % i for i in range(many))),
+        )
+        await store.commit(a.session_id, big)
+        await store.commit(a.session_id, step("after", b"m"))
+        full = texts(await store.load_history(a.session_id, "full"))
+        assert full == ["seed", *(f"f{i}" for i in range(many)), "after", "after"]
+        await assert_whole(store, path, a.session_id)
+    finally:
+        await store.close()
