@@ -42,6 +42,7 @@ from aap_server.runtime.limits import PrincipalLimits, json_values_within
 from aap_server.runtime.views import delta_events, message_events, none_answer
 
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
+_TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
 _JSON = (b"content-type", b"application/json")
 _decoder = msgspec.json.Decoder(PostSessionTurnRequest)
 _encoder = msgspec.json.Encoder()
@@ -75,17 +76,20 @@ class TurnRoute:
         self.observability = observability
         self.max_body = settings.max_body_bytes
         self.max_json_values = settings.max_json_values_per_request
-        self.turn_path = re.compile(re.escape(settings.base_path) + r"/sessions/([^/]+)/turns")
+        self.base_path = settings.base_path
         self.cors = bool(settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         match = None
         if scope["type"] == ScopeType.HTTP and scope.get("method") == "POST":
-            path = scope["path"]
-            if root := scope.get("root_path"):
-                path = path.split(root, maxsplit=1)[-1]
-            match = self.turn_path.fullmatch(path)
+            path, root = scope["path"], scope.get("root_path", "")
+            # Only what `BasePathMount` (behind this layer) lets through, read as Litestar
+            # reads it after that layer added the base path to the root path.
+            base = self.base_path
+            if not base or path.startswith(base + "/"):
+                root += base
+                match = _TURN_PATH.fullmatch(path.split(root, maxsplit=1)[-1] if root else path)
         if (
             match is None
             or scope["type"] != ScopeType.HTTP  # (known already: it tells the type checker)

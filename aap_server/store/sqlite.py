@@ -32,7 +32,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar, cast
@@ -437,7 +437,9 @@ class _Layered(Generic[_K, _V]):
     __slots__ = ("committed", "group", "limit", "step")
 
     def __init__(self, limit: int) -> None:
-        self.committed: dict[_K, _V] = {}
+        # Ordered: the least recently written is forgotten first, in O(1) (a dict's first
+        # key is found by walking the slots its earlier deletions left empty).
+        self.committed: OrderedDict[_K, _V] = OrderedDict()
         self.group: dict[_K, _V | None] = {}
         self.step: dict[_K, _V | None] = {}
         self.limit = limit
@@ -470,7 +472,7 @@ class _Layered(Generic[_K, _V]):
                 committed[key] = value
         self.group.clear()
         while len(committed) > self.limit:
-            del committed[next(iter(committed))]
+            committed.popitem(last=False)
 
     def abort(self) -> None:
         self.group.clear()
