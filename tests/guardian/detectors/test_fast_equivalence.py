@@ -209,15 +209,21 @@ def _decimals() -> list[str]:
     return out
 
 
-def test_long_decimal_runs_dropped_whole_hold_no_pii() -> None:
+def test_number_runs_and_long_decimals_dropped_whole_hold_all_the_pii() -> None:
     """A run of 7+ digits and separators is searched for cards, SSNs, phone numbers and
     quads, and one that is a decimal of 16+ digits is not searched at all: on decimals of
-    every length with the point anywhere, after each kind's cue, the same findings as
-    searching the whole text."""
+    every length with the point anywhere, after each kind's cue, and on quads as short as
+    7 characters beside other digits, the same findings as searching the whole text."""
     found = 0
     for number in _decimals():
         for context in _DECIMAL_CONTEXTS:
             text = context.format(number)
+            expected = _spans(reference.scan_pii(TextViews(text)))
+            assert _spans(pii._scan(TextViews(text))) == expected, text
+            found += bool(expected)
+    for quad in ("0.0.0.0", "1.2.3.4", "10.0.0.1", "192.168.1.20", "8.8.8.8/32"):
+        for context in ("ip={};id=1234567", '"ip":"{}","n":1234567', "ip {}, 4155550132", "{}"):
+            text = context.format(quad)
             expected = _spans(reference.scan_pii(TextViews(text)))
             assert _spans(pii._scan(TextViews(text))) == expected, text
             found += bool(expected)
