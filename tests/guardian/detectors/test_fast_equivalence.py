@@ -192,6 +192,45 @@ def test_pii_shortcuts_find_what_every_candidate_finds(
     assert found > 100
 
 
+# Numbers each PII kind finds (a phone after a cue, a card, an SSN, an IPv4 address), written
+# as decimals with the point anywhere and padded to every length around the one at which
+# `pii.number_runs` drops a decimal's run whole.
+_DECIMAL_DIGITS = ("4155550132", "02079460958", "015123456789", "4111111111111111", "078051120")
+_DECIMAL_CONTEXTS = ("call {}", "card {} ", "SSN {}.", '{{"total":{}}}', "ip {}/24", "+{}")
+
+
+def _decimals() -> list[str]:
+    out = []
+    for digits in _DECIMAL_DIGITS:
+        for padding in range(9):
+            number = digits + "9" * padding
+            for point in range(1, len(number)):
+                out.append(number[:point] + "." + number[point:])
+    return out
+
+
+def test_number_runs_and_long_decimals_dropped_whole_hold_all_the_pii() -> None:
+    """A run of 7+ digits and separators is searched for cards, SSNs, phone numbers and
+    quads, and one that is a decimal of 16+ digits is not searched at all: on decimals of
+    every length with the point anywhere, after each kind's cue, and on quads as short as
+    7 characters beside other digits, the same findings as searching the whole text."""
+    found = 0
+    for number in _decimals():
+        for context in _DECIMAL_CONTEXTS:
+            text = context.format(number)
+            expected = _spans(reference.scan_pii(TextViews(text)))
+            assert _spans(pii._scan(TextViews(text))) == expected, text
+            found += bool(expected)
+    for quad in ("0.0.0.0", "1.2.3.4", "10.0.0.1", "192.168.1.20", "8.8.8.8/32"):
+        for context in ("ip={};id=1234567", '"ip":"{}","n":1234567', "ip {}, 4155550132", "{}"):
+            text = context.format(quad)
+            expected = _spans(reference.scan_pii(TextViews(text)))
+            assert _spans(pii._scan(TextViews(text))) == expected, text
+            found += bool(expected)
+    assert found > 200
+    assert pii.number_runs(b'"aa":00.000000000000000,"aa":00.0000000000000,') == [(29, 45)]
+
+
 def _json_rows(rng: random.Random) -> str:
     """A JSON tool result: ids, amounts, timestamps, now and then a phone number or a card."""
     rows = [
