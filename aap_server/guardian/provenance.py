@@ -99,6 +99,9 @@ def _value_words(lowered: str) -> set[str] | None:
         return None
     marked = lowered.encode("ascii").translate(_VALUE_MARKS)
     size = len(marked)
+    if b" " not in marked:  # one word (compact JSON): a value if it has a mark, or a dot inside
+        one = b"\x00" in marked or b"." in marked[1:-1]
+        return {lowered} if one else set()
     found: set[str] = set()
     # Dots that end a word (`end. `) or start one are no values'; those gone, a dot left over
     # may be inside a word (none ever inside one is removed: its neighbours are no spaces).
@@ -161,10 +164,12 @@ def _parts_prints(token: str) -> Collection[int]:
                 if len(part) >= MIN_VALUE_CHARS
             ]
         )
-    # ASCII: the delimiters made one (a C-level split), and `_normal` needed only where a
-    # part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
-    # Cut, stripped and hashed as bytes (what is hashed): no string is made of a part.
-    cut = word.encode("ascii").translate(_DELIMITERS_AS_QUOTE).split(b'"')
+    # ASCII: the delimiters made spaces (the word has none of its own), cut by a C-level
+    # split that makes no empty part of a run of them (`},{`), and `_normal` needed only where
+    # a part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
+    # A part that is a lone `:` (JSON's `"key":"value"`) strips to nothing: dropped before
+    # the cut. Cut, stripped and hashed as bytes (what is hashed): no string is made of a part.
+    cut = word.encode("ascii").translate(_DELIMITERS_AS_SPACE).replace(b" : ", b" ").split()
     pieces = set(map(bytes.strip, set(cut), itertools.repeat(_STRIP_BYTES)))
     hashed = [piece for piece in pieces if len(piece) >= MIN_VALUE_CHARS]
     # Stripped and lower-case already, a part is changed by `_normal` only if it is a
@@ -182,7 +187,7 @@ _ZERO, _M = ord("0"), ord("m")
 
 
 _STRIP_BYTES = _STRIP.encode("ascii")
-_DELIMITERS_AS_QUOTE = bytes.maketrans(_DELIMITERS.encode(), b'"' * len(_DELIMITERS))
+_DELIMITERS_AS_SPACE = bytes.maketrans(_DELIMITERS.encode(), b" " * len(_DELIMITERS))
 
 
 def words_of(text: str, values_only: bool) -> list[int]:
