@@ -99,6 +99,9 @@ def _value_words(lowered: str) -> set[str] | None:
         return None
     marked = lowered.encode("ascii").translate(_VALUE_MARKS)
     size = len(marked)
+    if b" " not in marked:  # one word (compact JSON): a value if it has a mark, or a dot inside
+        one = b"\x00" in marked or b"." in marked[1:-1]
+        return {lowered} if one else set()
     found: set[str] = set()
     # Dots that end a word (`end. `) or start one are no values'; those gone, a dot left over
     # may be inside a word (none ever inside one is removed: its neighbours are no spaces).
@@ -161,28 +164,31 @@ def _parts_prints(token: str) -> Collection[int]:
                 if len(part) >= MIN_VALUE_CHARS
             ]
         )
-    # ASCII: the delimiters made one (a C-level split), and `_normal` needed only where a
-    # part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
-    # Cut, stripped and hashed as bytes (what is hashed): no string is made of a part.
-    cut = word.encode("ascii").translate(_DELIMITERS_AS_QUOTE).split(b'"')
+    # ASCII: the delimiters made spaces (the word has none of its own), cut by a C-level
+    # split that makes no empty part of a run of them (`},{`), and `_normal` needed only where
+    # a part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
+    # A part's leading `:` (JSON's `"key":value`) would be stripped: it goes before the cut
+    # (a lone one leaves no part), so most parts need no new string made by `strip`. Cut,
+    # stripped and hashed as bytes (what is hashed): no string is made of a part.
+    cut = word.encode("ascii").translate(_DELIMITERS_AS_SPACE).replace(b" :", b" ").split()
     pieces = set(map(bytes.strip, set(cut), itertools.repeat(_STRIP_BYTES)))
     hashed = [piece for piece in pieces if len(piece) >= MIN_VALUE_CHARS]
     # Stripped and lower-case already, a part is changed by `_normal` only if it is a
-    # `mailto:` address or a decimal with a trailing zero (ending in `0`, starting with `m`):
-    # only such are passed to it (a JSON text has hundreds of parts with a dot or a colon,
-    # nearly none of which it changes).
-    odd = [piece for piece in hashed if piece[-1] == _ZERO or piece[0] == _M]
+    # `mailto:` address or a decimal with a trailing zero (ending in `0` with a dot in it, or
+    # starting with `m`): only such are passed to it (a JSON text has hundreds of parts with a
+    # dot or a colon, nearly none of which it changes).
+    odd = [p for p in hashed if (p[-1] == _ZERO and _DOT in p) or p[0] == _M]
     if odd:
-        hashed = [piece for piece in hashed if piece[-1] != _ZERO and piece[0] != _M]
+        hashed = list(set(hashed).difference(odd))
         hashed += [_normal(piece.decode("ascii")).encode("ascii") for piece in odd]
     return fingerprints(hashed)
 
 
-_ZERO, _M = ord("0"), ord("m")
+_ZERO, _M, _DOT = ord("0"), ord("m"), ord(".")
 
 
 _STRIP_BYTES = _STRIP.encode("ascii")
-_DELIMITERS_AS_QUOTE = bytes.maketrans(_DELIMITERS.encode(), b'"' * len(_DELIMITERS))
+_DELIMITERS_AS_SPACE = bytes.maketrans(_DELIMITERS.encode(), b" " * len(_DELIMITERS))
 
 
 def words_of(text: str, values_only: bool) -> list[int]:
