@@ -247,9 +247,12 @@ class AomGuardian(Guardian):
         self, step: aos.ToolCallResultStep, verdict: aos.AosSuccessResult
     ) -> aos.AosSuccessResult:
         params = step.params
-        execution_id = params.effective_execution_id
-        session = self._session(params.context)
-        url = session.pending.pop(execution_id, None)
+        # Looked up, not made: a session that never read a surface has nothing pending, and
+        # an entry made for each of its results would push out the sessions that have.
+        session = self._sessions.get((check_scope.get().namespace, params.context.session.id))
+        if session is None:
+            return verdict
+        url = session.pending.pop(params.effective_execution_id, None)
         result = params.effective_result
         if url is None or result.is_error:
             return verdict
