@@ -14,16 +14,14 @@ from aap_server import aos
 from aap_server.agent import ServerTool
 from aap_server.guardian import CheckScope, FailClosed, asks_for_human, check_scope
 from aap_server.ids import utc_now_iso
-from aap_server.protocol import Content, ToolSpec
+from aap_server.protocol import Content
 from aap_server.runtime.principal import Principal
-from aap_server.runtime.registry import HostedAgent
+from aap_server.runtime.registry import ToolSet
 from aap_server.runtime.steps import (
     StepFactory,
-    aos_agent,
     content_of_outputs,
     parts_to_blocks,
     simplify,
-    tool_definition,
 )
 from aap_server.store import AuditDraft
 from aap_server.telemetry import observe_step
@@ -42,28 +40,11 @@ def needs_human(tool: ServerTool | None, verdict_data: dict[str, Any] | None) ->
     return asks_for_human(verdict_data)
 
 
-def _trusted_output(hosted: HostedAgent, name: str) -> bool:
-    tool = hosted.tools_by_name.get(name)
-    return tool is not None and tool.trusted_output
-
-
 def step_factory(
-    hosted: HostedAgent,
-    model_tools: list[ToolSpec],
-    client_tool_names: frozenset[str],
-    *,
-    session_id: str,
-    turn_id: str,
-    principal: Principal,
+    tools: ToolSet, *, session_id: str, turn_id: str, principal: Principal
 ) -> StepFactory:
-    definitions = [
-        tool_definition(spec, "client", False)
-        if spec.name in client_tool_names
-        else tool_definition(spec, "server", _trusted_output(hosted, spec.name))
-        for spec in model_tools
-    ]
     return StepFactory(
-        agent=aos_agent(hosted.agent, definitions),
+        agent=tools.aos_agent,
         session_id=session_id,
         turn_id=turn_id,
         principal=principal,
