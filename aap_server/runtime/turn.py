@@ -357,11 +357,12 @@ class TurnRun:
             thinking, text = Held(), Held()
         calls: list[ToolCall] = []
         model_stop: StopReason = "end_turn"
+        feed_text, feed_thinking = text.feed, thinking.feed  # once, not per delta
         async for output in self.agent.model.respond(request):
             if isinstance(output, TextDelta):
-                text.feed(output.text)
+                feed_text(output.text)
             elif isinstance(output, ThinkingDelta):
-                thinking.feed(output.text)
+                feed_thinking(output.text)
             elif isinstance(output, ToolCall):
                 calls.append(output)
             elif isinstance(output, Remember):
