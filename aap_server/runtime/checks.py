@@ -57,9 +57,11 @@ def audit_draft(
     latency_ns: int,
     turn_id: str,
     step_id: str | None = None,
+    at: str | None = None,
 ) -> AuditDraft:
     """What the audit trail keeps of a verdict: metadata only (rule, reason codes, policy
-    hash, latency), never the checked content. `step_id` defaults to the request's id."""
+    hash, latency), never the checked content. `step_id` defaults to the request's id, `at`
+    (when the step was checked) to now."""
     data = verdict.data if isinstance(verdict.data, dict) else {}
     return AuditDraft(
         turn_id=turn_id,
@@ -68,17 +70,21 @@ def audit_draft(
         decision=verdict.decision,
         reason_codes=list(verdict.reason_code or []),
         latency_us=latency_ns // 1000,
-        at=utc_now_iso(),
+        at=at or utc_now_iso(),
         rule_id=_text_or_none(data.get("ruleId")),
         policy_hash=_text_or_none(data.get("policyHash")),
     )
 
 
 async def check_recorded(
-    guardian: FailClosed, request: aos.AosRequest, scope: CheckScope, turn_id: str
+    guardian: FailClosed,
+    request: aos.AosRequest,
+    scope: CheckScope,
+    turn_id: str,
+    at: str | None = None,
 ) -> tuple[aos.AosSuccessResult, AuditDraft]:
-    """The guardian's verdict on `request` checked in `scope`, timed, with its audit draft;
-    observed in the metrics (and a span if tracing)."""
+    """The guardian's verdict on `request` checked in `scope`, timed, with its audit draft
+    (`at`: see `audit_draft`); observed in the metrics (and a span if tracing)."""
     started = time.perf_counter_ns()
     token = check_scope.set(scope)
     try:
@@ -86,7 +92,7 @@ async def check_recorded(
     finally:
         check_scope.reset(token)
     latency_ns = time.perf_counter_ns() - started
-    draft = audit_draft(request, verdict, latency_ns, turn_id)
+    draft = audit_draft(request, verdict, latency_ns, turn_id, at=at)
     observe_step(request, verdict, draft.rule_id, latency_ns)
     return verdict, draft
 
@@ -113,6 +119,7 @@ class GuardianChecks:
         # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
         self._scope = CheckScope(session_id=session_id)
         self._audit: list[AuditDraft] = []
+        self._last_at = ""  # the `at` of the last verdict (ISO 8601 texts sort as times do)
 
     def remember(self, record: bytes, whole: bool) -> None:
         """A record the guardian exported to be stored (see `MemoryExport`)."""
@@ -124,7 +131,13 @@ class GuardianChecks:
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         if self.memory is not None:
             self.guardian.import_session(self.session_id, self.memory)
-        verdict, draft = await check_recorded(self.guardian, request, self._scope, self.turn_id)
+        # A step the server made carries its timestamp: the audit's `at` is that one (one
+        # clock read less), never before an earlier verdict's (checks made at once, such as
+        # concurrent tools' results, may end in another order than they were made).
+        context = getattr(request.params, "context", None)  # MCP and A2A messages: none
+        at = None if context is None else max(context.timestamp, self._last_at)
+        verdict, draft = await check_recorded(self.guardian, request, self._scope, self.turn_id, at)
+        self._last_at = draft.at
         self._audit.append(draft)
         return verdict
 
