@@ -69,10 +69,13 @@ def decoded(text: str) -> int:
     return value
 
 
-def test_each_id_is_the_ulid_text_of_its_time_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+# Start just below a carry out of the low 20 or 40 bits (the cached upper text must follow).
+@pytest.mark.parametrize("carry_at", [1 << 20, 1 << 40, 1 << 60])
+def test_each_id_is_the_ulid_text_of_its_time_and_count(
+    monkeypatch: pytest.MonkeyPatch, carry_at: int
+) -> None:
     generator = IdGenerator()
-    # Start just below a carry out of the low 40 bits (the cached upper text must follow).
-    generator._random = (1 << 40) - 5
+    generator._random = carry_at - 5
     now = [1_700_000_000_000_000_000]
     monkeypatch.setattr(time, "time_ns", lambda: now[0])
     made = []
