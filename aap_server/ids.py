@@ -106,7 +106,10 @@ class _Clock:
         self._ms: tuple[int, str] = (-1, "")
 
     def now_iso(self) -> str:
-        now_ms = time.time_ns() // 1_000_000
+        return self.at(time.time_ns() // 1_000_000)
+
+    def at(self, now_ms: int) -> str:
+        """The wire time of the unix millisecond `now_ms`."""
         cached_ms, text = self._ms
         if cached_ms == now_ms:
             return text
@@ -126,3 +129,11 @@ _clock = _Clock()
 def utc_now_iso() -> str:
     """Now as ISO 8601 UTC with milliseconds and a `Z` (`2026-01-01T12:00:00.000Z`)."""
     return _clock.now_iso()
+
+
+def new_stamped_id(prefix: str) -> tuple[str, str]:
+    """A fresh id (as `new_id`) and the wire time of the millisecond it holds: one clock read
+    for both (an AOS step's id and timestamp). The millisecond is the generator's last; an
+    id made meanwhile by another thread can only make it a later one."""
+    made = _default.new(prefix)
+    return made, _clock.at(_default._time[0])
