@@ -70,6 +70,14 @@ class HostedAgent:
         self.secret_options = frozenset(
             o.name for o in agent.options if isinstance(o, SecretAgentOption)
         )
+        stream = self.info.capabilities.stream if self.info.capabilities else None
+        # AAP: an agent that declares no stream capability supports only "none".
+        modes = ("delta", "message", "none")
+        self.stream_modes = (
+            frozenset({"none"})
+            if stream is None
+            else frozenset(m for m in modes if getattr(stream, m) is not None)
+        )
         # By the session's tool refs and its client tool specs (as JSON: specs are unhashable).
         self._tool_sets: dict[tuple[tuple[ServerToolRef, ...], bytes], ToolSet] = {}
 
