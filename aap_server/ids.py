@@ -42,10 +42,10 @@ class IdGenerator:
     def __init__(self) -> None:
         self._draw()
         self._last_ms = -1
-        # The texts of the last time and of the last counter's upper 40 bits, each with its
+        # The texts of the last time and of the last counter's upper 60 bits, each with its
         # value as one tuple (a thread reads both or neither of a new one's).
         self._time: tuple[int, str] = (-1, "")
-        self._upper: tuple[int, str] = (-1, "")
+        self._high: tuple[int, str] = (-1, "")
 
     def _draw(self) -> None:
         # Top bit clear: adding the count never carries into the time.
@@ -68,27 +68,23 @@ class IdGenerator:
         return (now_ms << 80) | rest
 
     def new(self, prefix: str) -> str:
-        now_ms, rest = self._next()
+        # `_next`, written here: one call fewer per id.
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms < self._last_ms:  # the clock stepped back: stay in order
+            now_ms = self._last_ms
+        self._last_ms = now_ms
+        rest = self._random + next(self._count)
         pairs = _PAIRS
         ms, time_text = self._time
         if ms != now_ms:  # the first 10 characters: the time's 48 bits (in 50)
             time_text = pairs[(now_ms >> 40) & 1023] + _forty_bits(now_ms)
             self._time = (now_ms, time_text)
-        upper, upper_text = self._upper
-        if upper != rest >> 40:
-            upper = rest >> 40
-            upper_text = _forty_bits(upper)
-            self._upper = (upper, upper_text)
-        # The last 40 bits, written here (not by `_forty_bits`): one call fewer per id.
-        return (
-            prefix
-            + time_text
-            + upper_text
-            + pairs[(rest >> 30) & 1023]
-            + pairs[(rest >> 20) & 1023]
-            + pairs[(rest >> 10) & 1023]
-            + pairs[rest & 1023]
-        )
+        high, high_text = self._high
+        if high != rest >> 20:  # all but the last 20 bits: changed once a million ids
+            high = rest >> 20
+            high_text = _forty_bits(high >> 20) + pairs[(high >> 10) & 1023] + pairs[high & 1023]
+            self._high = (high, high_text)
+        return prefix + time_text + high_text + pairs[(rest >> 10) & 1023] + pairs[rest & 1023]
 
 
 _default = IdGenerator()
@@ -110,7 +106,10 @@ class _Clock:
         self._ms: tuple[int, str] = (-1, "")
 
     def now_iso(self) -> str:
-        now_ms = time.time_ns() // 1_000_000
+        return self.at(time.time_ns() // 1_000_000)
+
+    def at(self, now_ms: int) -> str:
+        """The wire time of the unix millisecond `now_ms`."""
         cached_ms, text = self._ms
         if cached_ms == now_ms:
             return text
@@ -130,3 +129,11 @@ _clock = _Clock()
 def utc_now_iso() -> str:
     """Now as ISO 8601 UTC with milliseconds and a `Z` (`2026-01-01T12:00:00.000Z`)."""
     return _clock.now_iso()
+
+
+def new_stamped_id(prefix: str) -> tuple[str, str]:
+    """A fresh id (as `new_id`) and the wire time of the millisecond it holds: one clock read
+    for both (an AOS step's id and timestamp). The millisecond is the generator's last; an
+    id made meanwhile by another thread can only make it a later one."""
+    made = _default.new(prefix)
+    return made, _clock.at(_default._time[0])

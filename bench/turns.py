@@ -17,6 +17,7 @@ and the loop thread's CPU time (noisy). `--against REF` runs the same in a check
 (a subprocess) and prints both:
 
     python bench/turns.py --engine [--mode none|delta|message] [--size 96|1024] [--against main]
+        [--functions N]  (also the N functions that run the most bytecodes)
 """
 
 from __future__ import annotations
@@ -224,11 +225,15 @@ async def engine(mode: str, size: int, concurrency: int, turns: int) -> dict[str
             return asyncio.Task(coro, loop=loop, **kw)
 
         opcodes: collections.Counter[str] = collections.Counter()
+        functions: collections.Counter[str] = collections.Counter()
 
         def trace(frame: FrameType, event: str, _: object) -> Any:
             frame.f_trace_opcodes = True
             if event == "opcode":
-                opcodes[_module_of(frame.f_code.co_filename)] += 1
+                code = frame.f_code
+                module = _module_of(code.co_filename)
+                opcodes[module] += 1
+                functions[f"{module}: {Path(code.co_filename).stem}.{code.co_qualname}"] += 1
             return trace
 
         loop = asyncio.get_running_loop()
@@ -252,12 +257,13 @@ async def engine(mode: str, size: int, concurrency: int, turns: int) -> dict[str
         "ids": made["ids"] / done,
         "tasks": made["tasks"] / done,
         "opcodes": {name: count / done for name, count in opcodes.items()},
+        "functions": {name: count / done for name, count in functions.items()},
         "cpu_us_min": min(cpu),
         "cpu_us_median": statistics.median(cpu),
     }
 
 
-def report_engine(figures: dict[str, dict[str, Any]]) -> None:
+def report_engine(figures: dict[str, dict[str, Any]], functions: int) -> None:
     names = list(figures)
     print(f"{'per turn':<22}" + "".join(f"{name:>16}" for name in names))
     for key in ("ids", "tasks", "cpu_us_min", "cpu_us_median"):
@@ -271,6 +277,12 @@ def report_engine(figures: dict[str, dict[str, Any]]) -> None:
     for module in modules:
         row = "".join(f"{figures[n]['opcodes'].get(module, 0):16.0f}" for n in names)
         print(f"  {module:<20}{row}")
+    if functions:  # the functions that run the most, by bytecodes of their own
+        own = figures[names[0]]["functions"]
+        print(f"the {functions} functions running the most bytecodes (own, not callees')")
+        for function in sorted(own, key=lambda f: -own[f])[:functions]:
+            row = "".join(f"{figures[n]['functions'].get(function, 0):10.0f}" for n in names)
+            print(f"  {function[:60]:<60}{row}")
 
 
 def engine_main(arguments: argparse.Namespace) -> None:
@@ -303,7 +315,7 @@ def engine_main(arguments: argparse.Namespace) -> None:
         f"engine in-process, `{arguments.mode}` turns, {arguments.size} B message, "
         f"{arguments.concurrency} sessions at once"
     )
-    report_engine(results)
+    report_engine(results, arguments.functions)
 
 
 if __name__ == "__main__":
@@ -316,6 +328,7 @@ if __name__ == "__main__":
     parser.add_argument("--size", type=int, default=96, help="message bytes: 96 or 1024")
     parser.add_argument("--turns", type=int, default=1000, help="turns per CPU sample")
     parser.add_argument("--against", help="a git ref to compare with (--engine)")
+    parser.add_argument("--functions", type=int, default=0, help="top N functions (--engine)")
     arguments = parser.parse_args()
     if arguments.engine:
         engine_main(arguments)

@@ -14,16 +14,14 @@ from aap_server import aos
 from aap_server.agent import ServerTool
 from aap_server.guardian import CheckScope, FailClosed, asks_for_human, check_scope
 from aap_server.ids import utc_now_iso
-from aap_server.protocol import Content, ToolSpec
+from aap_server.protocol import Content
 from aap_server.runtime.principal import Principal
-from aap_server.runtime.registry import HostedAgent
+from aap_server.runtime.registry import ToolSet
 from aap_server.runtime.steps import (
     StepFactory,
-    aos_agent,
     content_of_outputs,
     parts_to_blocks,
     simplify,
-    tool_definition,
 )
 from aap_server.store import AuditDraft
 from aap_server.telemetry import observe_step
@@ -42,28 +40,11 @@ def needs_human(tool: ServerTool | None, verdict_data: dict[str, Any] | None) ->
     return asks_for_human(verdict_data)
 
 
-def _trusted_output(hosted: HostedAgent, name: str) -> bool:
-    tool = hosted.tools_by_name.get(name)
-    return tool is not None and tool.trusted_output
-
-
 def step_factory(
-    hosted: HostedAgent,
-    model_tools: list[ToolSpec],
-    client_tool_names: frozenset[str],
-    *,
-    session_id: str,
-    turn_id: str,
-    principal: Principal,
+    tools: ToolSet, *, session_id: str, turn_id: str, principal: Principal
 ) -> StepFactory:
-    definitions = [
-        tool_definition(spec, "client", False)
-        if spec.name in client_tool_names
-        else tool_definition(spec, "server", _trusted_output(hosted, spec.name))
-        for spec in model_tools
-    ]
     return StepFactory(
-        agent=aos_agent(hosted.agent, definitions),
+        agent=tools.aos_agent,
         session_id=session_id,
         turn_id=turn_id,
         principal=principal,
@@ -76,9 +57,11 @@ def audit_draft(
     latency_ns: int,
     turn_id: str,
     step_id: str | None = None,
+    at: str | None = None,
 ) -> AuditDraft:
     """What the audit trail keeps of a verdict: metadata only (rule, reason codes, policy
-    hash, latency), never the checked content. `step_id` defaults to the request's id."""
+    hash, latency), never the checked content. `step_id` defaults to the request's id, `at`
+    (when the step was checked) to now."""
     data = verdict.data if isinstance(verdict.data, dict) else {}
     return AuditDraft(
         turn_id=turn_id,
@@ -87,17 +70,21 @@ def audit_draft(
         decision=verdict.decision,
         reason_codes=list(verdict.reason_code or []),
         latency_us=latency_ns // 1000,
-        at=utc_now_iso(),
+        at=at or utc_now_iso(),
         rule_id=_text_or_none(data.get("ruleId")),
         policy_hash=_text_or_none(data.get("policyHash")),
     )
 
 
 async def check_recorded(
-    guardian: FailClosed, request: aos.AosRequest, scope: CheckScope, turn_id: str
+    guardian: FailClosed,
+    request: aos.AosRequest,
+    scope: CheckScope,
+    turn_id: str,
+    at: str | None = None,
 ) -> tuple[aos.AosSuccessResult, AuditDraft]:
-    """The guardian's verdict on `request` checked in `scope`, timed, with its audit draft;
-    observed in the metrics (and a span if tracing)."""
+    """The guardian's verdict on `request` checked in `scope`, timed, with its audit draft
+    (`at`: see `audit_draft`); observed in the metrics (and a span if tracing)."""
     started = time.perf_counter_ns()
     token = check_scope.set(scope)
     try:
@@ -105,7 +92,7 @@ async def check_recorded(
     finally:
         check_scope.reset(token)
     latency_ns = time.perf_counter_ns() - started
-    draft = audit_draft(request, verdict, latency_ns, turn_id)
+    draft = audit_draft(request, verdict, latency_ns, turn_id, at=at)
     observe_step(request, verdict, draft.rule_id, latency_ns)
     return verdict, draft
 
@@ -132,6 +119,7 @@ class GuardianChecks:
         # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
         self._scope = CheckScope(session_id=session_id)
         self._audit: list[AuditDraft] = []
+        self._last_at = ""  # the `at` of the last verdict (ISO 8601 texts sort as times do)
 
     def remember(self, record: bytes, whole: bool) -> None:
         """A record the guardian exported to be stored (see `MemoryExport`)."""
@@ -143,7 +131,13 @@ class GuardianChecks:
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         if self.memory is not None:
             self.guardian.import_session(self.session_id, self.memory)
-        verdict, draft = await check_recorded(self.guardian, request, self._scope, self.turn_id)
+        # A step the server made carries its timestamp: the audit's `at` is that one (one
+        # clock read less), never before an earlier verdict's (checks made at once, such as
+        # concurrent tools' results, may end in another order than they were made).
+        context = getattr(request.params, "context", None)  # MCP and A2A messages: none
+        at = None if context is None else max(context.timestamp, self._last_at)
+        verdict, draft = await check_recorded(self.guardian, request, self._scope, self.turn_id, at)
+        self._last_at = draft.at
         self._audit.append(draft)
         return verdict
 

@@ -6,6 +6,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
+import msgspec
+
+from aap_server import aos
 from aap_server.agent import Agent, ServerTool, StartGuard
 from aap_server.protocol import (
     AgentConfig,
@@ -16,6 +19,7 @@ from aap_server.protocol import (
 )
 from aap_server.runtime.errors import InvalidRequestError, NotFoundError
 from aap_server.runtime.principal import Principal
+from aap_server.runtime.steps import aos_agent, tool_definition
 from aap_server.toolkits.memory import MemoryRecord, SqliteMemory
 
 logger = logging.getLogger("aap_server")
@@ -29,6 +33,23 @@ def redact_all(config: AgentConfig) -> AgentConfig:
         return config
     options = dict.fromkeys(config.options, SECRET_PLACEHOLDER)
     return AgentConfig(name=config.name, tools=config.tools, options=options)
+
+
+# Tool sets kept per hosted agent (sessions mostly share a few; a client sending new tool specs
+# every turn makes new ones): past this many the oldest goes.
+TOOL_SETS_KEPT = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSet:
+    """What a session's tool config gives its turns, the same for every turn until the config
+    changes: the tools the model may call, each server tool's trust, the client tools' names,
+    and the AOS agent (with its tool definitions) that every step's context carries."""
+
+    model_tools: list[ToolSpec]
+    trust: dict[str, bool]
+    client_tool_names: frozenset[str]
+    aos_agent: aos.Agent
 
 
 class HostedAgent:
@@ -49,6 +70,16 @@ class HostedAgent:
         self.secret_options = frozenset(
             o.name for o in agent.options if isinstance(o, SecretAgentOption)
         )
+        stream = self.info.capabilities.stream if self.info.capabilities else None
+        # AAP: an agent that declares no stream capability supports only "none".
+        modes = ("delta", "message", "none")
+        self.stream_modes = (
+            frozenset({"none"})
+            if stream is None
+            else frozenset(m for m in modes if getattr(stream, m) is not None)
+        )
+        # By the session's tool refs and its client tool specs (as JSON: specs are unhashable).
+        self._tool_sets: dict[tuple[tuple[ServerToolRef, ...], bytes], ToolSet] = {}
 
     @property
     def name(self) -> str:
@@ -81,6 +112,34 @@ class HostedAgent:
         specs = [self.tools_by_name[name].spec for name in trust]
         specs.extend(client_tools or [])
         return specs, trust
+
+    def tool_set(
+        self, refs: list[ServerToolRef] | None, client_tools: list[ToolSpec] | None
+    ) -> ToolSet:
+        """The session's `ToolSet`, built once per distinct tool config (not per turn: its
+        AOS tool definitions cost more with every tool). Callers must not change it."""
+        client_key = msgspec.json.encode(client_tools) if client_tools else b""
+        key = (tuple(refs) if refs else (), client_key)
+        kept = self._tool_sets.get(key)
+        if kept is not None:
+            return kept
+        model_tools, trust = self.model_tools(refs, client_tools)
+        client_names = frozenset(tool.name for tool in client_tools or [])
+        definitions = [
+            tool_definition(spec, "client", False)
+            if spec.name in client_names
+            else tool_definition(spec, "server", self._trusted_output(spec.name))
+            for spec in model_tools
+        ]
+        made = ToolSet(model_tools, trust, client_names, aos_agent(self.agent, definitions))
+        if len(self._tool_sets) >= TOOL_SETS_KEPT:
+            del self._tool_sets[next(iter(self._tool_sets))]
+        self._tool_sets[key] = made
+        return made
+
+    def _trusted_output(self, name: str) -> bool:
+        tool = self.tools_by_name.get(name)
+        return tool is not None and tool.trusted_output
 
 
 class AgentRegistry:

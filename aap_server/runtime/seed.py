@@ -62,11 +62,8 @@ async def guard_new_session(
     nothing is stored yet, so the client can fix its request, where a withheld notice would
     store history the client never wrote. With `refuse_modified_input` a modification
     refuses too."""
-    model_tools, _ = hosted.model_tools(agent_config.tools, client_tools)
     steps = step_factory(
-        hosted,
-        model_tools,
-        frozenset(tool.name for tool in client_tools or []),
+        hosted.tool_set(agent_config.tools, client_tools),
         session_id=session_id,
         turn_id=new_id("seed_"),  # the seed is no turn; its verdicts read as such in the audit
         principal=principal,

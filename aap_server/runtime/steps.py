@@ -14,7 +14,7 @@ import msgspec
 
 from aap_server import aos
 from aap_server.agent import Agent, KnowledgeItem
-from aap_server.ids import new_id, utc_now_iso
+from aap_server.ids import new_id, new_stamped_id
 from aap_server.protocol import (
     Content,
     ContentBlock,
@@ -225,12 +225,13 @@ class StepFactory:
         self.turn_id = turn_id
 
     def _context(self) -> aos.StepContext:
+        step_id, timestamp = new_stamped_id("step_")
         return aos.StepContext(
             agent=self._agent,
             session=self._session,
             turn_id=self.turn_id,
-            step_id=new_id("step_"),
-            timestamp=utc_now_iso(),
+            step_id=step_id,
+            timestamp=timestamp,
             user=self._user,
         )
 

@@ -49,17 +49,16 @@ class Held:
     (`none` and `message` streams): only collected. The whole message is screened once, by
     its `steps/message` check, and a delta event would reach nobody (the views drop them)."""
 
-    __slots__ = ("pieces",)
+    __slots__ = ("feed", "pieces")
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
+        # `feed(delta)` is the list's own append: no Python call per delta.
+        self.feed: Callable[[str], None] = self.pieces.append
 
     @property
     def whole(self) -> str:
         return "".join(self.pieces)
-
-    def feed(self, delta: str) -> None:
-        self.pieces.append(delta)
 
     def finish(self) -> None:
         """The message was allowed: nothing to let out (no one reads deltas)."""

@@ -146,15 +146,11 @@ class TurnRun:
         self.clock = clock
         self.approval_timeout_seconds = approval_timeout_seconds
         self.options = hosted.effective_options(agent_config)
-        self.model_tools, self.trust = hosted.model_tools(agent_config.tools, client_tools)
-        self.client_tool_names = frozenset(tool.name for tool in client_tools or [])
+        tools = hosted.tool_set(agent_config.tools, client_tools)  # shared: read only
+        self.model_tools, self.trust = tools.model_tools, tools.trust
+        self.client_tool_names = tools.client_tool_names
         self.steps = step_factory(
-            hosted,
-            self.model_tools,
-            self.client_tool_names,
-            session_id=session_id,
-            turn_id=turn_id,
-            principal=principal,
+            tools, session_id=session_id, turn_id=turn_id, principal=principal
         )
         self.checks = GuardianChecks(
             guardian,
@@ -361,11 +357,12 @@ class TurnRun:
             thinking, text = Held(), Held()
         calls: list[ToolCall] = []
         model_stop: StopReason = "end_turn"
+        feed_text, feed_thinking = text.feed, thinking.feed  # once, not per delta
         async for output in self.agent.model.respond(request):
             if isinstance(output, TextDelta):
-                text.feed(output.text)
+                feed_text(output.text)
             elif isinstance(output, ThinkingDelta):
-                thinking.feed(output.text)
+                feed_thinking(output.text)
             elif isinstance(output, ToolCall):
                 calls.append(output)
             elif isinstance(output, Remember):

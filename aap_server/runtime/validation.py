@@ -177,13 +177,7 @@ def validate_new_session(
 
 
 def validate_stream_mode(hosted: HostedAgent, mode: StreamMode) -> None:
-    stream = hosted.info.capabilities.stream if hosted.info.capabilities else None
-    # AAP: an agent that declares no stream capability supports only "none".
-    declared = (
-        {"none"}
-        if stream is None
-        else {m for m in ("delta", "message", "none") if getattr(stream, m) is not None}
-    )
+    declared = hosted.stream_modes
     if mode not in declared:
         raise InvalidRequestError(
             f"stream: agent {hosted.name!r} does not support {mode!r} "

@@ -86,6 +86,24 @@ class HotHistogram:
         return family
 
 
+class CountOf(HotCounter):
+    """A counter that counts what a `HotHistogram` with the same labels observes: its values
+    are that histogram's counts, read when scraped (nothing to update per observation)."""
+
+    def __init__(self, name: str, documentation: str, histogram: HotHistogram) -> None:
+        super().__init__(name, documentation, histogram.labels)
+        self.histogram = histogram
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        raise TypeError(f"{self.name} counts {self.histogram.name}'s observations")
+
+    def family(self) -> Metric:
+        self.values = {
+            labels: sum(counts[:-1]) for labels, counts in list(self.histogram.series.items())
+        }
+        return super().family()
+
+
 class _HotSeries(Collector):
     def __init__(self, *series: HotCounter | HotHistogram) -> None:
         self.series = series
@@ -127,11 +145,6 @@ class Metrics:
             ["agent"],
             _TURN_BUCKETS,
         )
-        self.steps = HotCounter(
-            "aap_steps",
-            "Agent steps checked by the guardian, by AOS method",
-            ["method"],
-        )
         self.verdicts = HotCounter(
             "aap_guardian_verdicts",
             "Guardian verdicts, by decision and policy rule id (empty: no rule decided)",
@@ -142,6 +155,12 @@ class Metrics:
             "Time the guardian took to answer a step check, by AOS method",
             ["method"],
             _GUARDIAN_BUCKETS,
+        )
+        # Every checked step has its check's duration observed: counted from those.
+        self.steps = CountOf(
+            "aap_steps",
+            "Agent steps checked by the guardian, by AOS method",
+            self.guardian_seconds,
         )
         registry.register(
             _HotSeries(
@@ -176,8 +195,7 @@ class Metrics:
         self.turn_seconds.observe((agent,), seconds)
 
     def step_checked(self, method: str, decision: str, rule: str, seconds: float) -> None:
-        self.steps.inc((method,))
-        self.guardian_seconds.observe((method,), seconds)
+        self.guardian_seconds.observe((method,), seconds)  # counted in `steps` too
         self.verdicts.inc((decision, rule))
 
     def scrape(self) -> bytes:

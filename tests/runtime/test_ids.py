@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from aap_server import ids
+from aap_server import aos, ids
 from aap_server.ids import IdGenerator, encode, new_id, utc_now_iso
+from aap_server.runtime import LOCAL_PRINCIPAL
+from aap_server.runtime.steps import StepFactory
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -69,10 +71,13 @@ def decoded(text: str) -> int:
     return value
 
 
-def test_each_id_is_the_ulid_text_of_its_time_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+# Start just below a carry out of the low 20 or 40 bits (the cached upper text must follow).
+@pytest.mark.parametrize("carry_at", [1 << 20, 1 << 40, 1 << 60])
+def test_each_id_is_the_ulid_text_of_its_time_and_count(
+    monkeypatch: pytest.MonkeyPatch, carry_at: int
+) -> None:
     generator = IdGenerator()
-    # Start just below a carry out of the low 40 bits (the cached upper text must follow).
-    generator._random = (1 << 40) - 5
+    generator._random = carry_at - 5
     now = [1_700_000_000_000_000_000]
     monkeypatch.setattr(time, "time_ns", lambda: now[0])
     made = []
@@ -122,3 +127,34 @@ def test_ids_are_unique_and_ordered_across_forked_processes() -> None:
     assert not set(lists[0]) & set(lists[1])
     # Each process has its own random part: the parts after the time differ.
     assert lists[0][0][len("step_") + 10 :] != lists[1][0][len("step_") + 10 :]
+
+
+def test_a_steps_timestamp_is_the_millisecond_its_id_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One clock read for an AOS step's id and timestamp: they agree, across milliseconds and
+    seconds, and a clock stepping back moves neither back."""
+    steps = StepFactory(
+        agent=aos.Agent(
+            name="a",
+            id="a",
+            instructions="",
+            version="1",
+            provider=aos.AgentProvider(name="t", url="https://t.invalid"),
+        ),
+        session_id="sess_1",
+        turn_id="turn_1",
+        principal=LOCAL_PRINCIPAL,
+    )
+    now = [1_700_000_000_998_000_000]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    monkeypatch.setattr(ids, "_default", IdGenerator())  # one that never saw today's clock
+    made = []
+    for step in (0, 400_000, 700_000, 1_000_000_000, -5_000_000_000, 3_000_000):
+        now[0] += step
+        made.append(steps.message("user", "hi").params.context)
+    for context in made:
+        held_ms = decoded(context.step_id.removeprefix("step_")) >> 80
+        wire = datetime.fromtimestamp(held_ms / 1000, UTC).isoformat(timespec="milliseconds")
+        assert context.timestamp == wire.replace("+00:00", "Z")
+    stamps = [context.timestamp for context in made]
+    assert stamps == sorted(stamps)
+    assert stamps[0] == "2023-11-14T22:13:20.998Z"

@@ -7,6 +7,7 @@ exactly once, and its timer never fires into the request once the turn has ended
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,41 @@ async def test_ten_thousand_deltas_make_one_message(engine: Engine, mode: Stream
         ]
     assert texts(await engine.full()) == ["count", said]
     assert await engine.free()
+
+
+async def runtime_calls_in_turn(engine: Engine, deltas: int, mode: StreamMode) -> int:
+    """Python calls into the runtime's code while a turn of `deltas` text deltas runs."""
+
+    async def respond(request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        for _ in range(deltas):
+            yield TextDelta(text="x")
+
+    engine.model.respond_with = respond
+    calls = 0
+
+    def count(frame: Any, event: str, _: object) -> None:
+        nonlocal calls
+        if event == "call" and "aap_server/runtime/" in frame.f_code.co_filename:
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        reason, _ = await engine.turn("count", mode)
+    finally:
+        sys.setprofile(None)
+    assert reason == "end_turn"
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["none", "message"])
+async def test_a_held_delta_costs_no_python_call_in_the_runtime(
+    engine: Engine, mode: StreamMode
+) -> None:
+    """Where no client sees deltas, the runtime only collects them: 10,000 deltas make about
+    as many runtime calls as 10 do (each made one call more, a `Held.feed`)."""
+    few = await runtime_calls_in_turn(engine, 10, mode)
+    many = await runtime_calls_in_turn(engine, 10_000, mode)
+    assert many - few < 100, (few, many)
 
 
 async def started_turn(engine: Engine, text: str) -> asyncio.Task[PostSessionTurnResponse]:
