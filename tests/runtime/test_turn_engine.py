@@ -149,7 +149,8 @@ async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
         registry=AgentRegistry([agent(model)]),
         store=store,
         guardian=PolicyGuardian(default_policy()),
-        turn_timeout_seconds=0.3,
+        # Long enough for an echo turn on a loaded CI machine, short enough to wait out.
+        turn_timeout_seconds=1.0,
     )
     created = await service.create_session(
         LOCAL_PRINCIPAL, PostSessionsRequest(agent=AgentConfig(name="scripted"))
@@ -198,7 +199,7 @@ async def test_an_agent_awaiting_past_the_timeout_is_cut_off(
     task = asyncio.current_task()
     assert task is not None
     assert task.cancelling() == 0
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(1.2)
     engine.model.respond_with = echo
     reason, messages = await engine.turn("again")
     assert (reason, texts(messages)) == ("end_turn", ["Echo: again"])
@@ -208,7 +209,7 @@ async def test_the_timer_of_a_finished_turn_never_cancels_the_request(engine: En
     engine.model.respond_with = echo
     for index in range(5):
         assert (await engine.turn(f"quick {index}"))[0] == "end_turn"
-    await asyncio.sleep(0.5)  # past every one of those turns' timeouts: nothing cancels this
+    await asyncio.sleep(1.2)  # past every one of those turns' timeouts: nothing cancels this
     assert len(await engine.full()) == 10
 
 
@@ -342,19 +343,20 @@ async def test_one_timer_cuts_each_turn_at_its_own_deadline(engine: Engine) -> N
         LOCAL_PRINCIPAL, PostSessionsRequest(agent=AgentConfig(name="scripted"))
     )
     engine.model.respond_with = forever
-    service.turn_timeout_seconds = 2.0
+    service.turn_timeout_seconds = 4.0
     first = asyncio.create_task(engine.turn("slow deadline"))
     await asyncio.wait_for(engine.model.started.wait(), 5)
-    service.turn_timeout_seconds = 0.2
+    service.turn_timeout_seconds = 0.5
     second = asyncio.create_task(Engine(service, engine.model, other.session_id).turn("soon"))
     assert (await second)[0] == "error"
     assert not first.done()  # cut at its own deadline, not at the other's
     assert len(service._deadlines.running) == 1
     assert (await first)[0] == "error"
     engine.model.respond_with = echo
+    service.turn_timeout_seconds = 1.0
     for index in range(3):  # each within its deadline: the timer left for it cuts nothing
         assert (await engine.turn(f"quick {index}"))[0] == "end_turn"
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.2)
     assert not service._deadlines.running
     assert await engine.free()
 
