@@ -1,0 +1,55 @@
+"""Review round 6: the inline `none` turn and the shared turn timer, attacked with a real
+service, SQLite store and guardian."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from aap_server.agent import ModelOutput, ModelRequest, TextDelta
+from aap_server.protocol import PostSessionTurnRequest, PostSessionTurnResponse, UserMessage
+from aap_server.runtime import LOCAL_PRINCIPAL
+from aap_server.runtime.views import none_answer
+from tests.runtime.test_turn_engine import Engine, engine, texts
+
+__all__ = ["engine"]  # the fixture, used by name
+
+
+async def test_shutdown_does_not_cancel_a_request_whose_none_turn_has_ended(
+    engine: Engine,
+) -> None:
+    """Shutdown stops running turns. A `none` turn runs in its request's task, so the task
+    shutdown found running a turn may, by the end of the grace period, be past its turn and
+    writing the answer (to a client reading slowly): that write must not be cancelled, the
+    turn ended and was stored, and its answer is due to the client."""
+    engine.service.turn_timeout_seconds = 60
+    gate = asyncio.Event()
+    writing = asyncio.Event()  # the answer's write, blocked on a slow client
+
+    async def gated(request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        await gate.wait()
+        yield TextDelta(text="done in time")
+
+    engine.model.respond_with = gated
+    engine.model.started.clear()
+
+    async def request() -> PostSessionTurnResponse:
+        turn = await engine.service.start_turn(
+            LOCAL_PRINCIPAL,
+            engine.session_id,
+            PostSessionTurnRequest(messages=[UserMessage(content="hi")]),
+        )
+        answer = await none_answer(turn.queue)
+        await writing.wait()
+        return answer
+
+    task = asyncio.create_task(request())
+    await asyncio.wait_for(engine.model.started.wait(), 5)
+    shutdown = asyncio.create_task(engine.service.shutdown(0.3))
+    await asyncio.sleep(0)  # shutdown has seen the running turn
+    gate.set()  # the turn ends well within the grace period
+    await asyncio.wait_for(shutdown, 5)
+    writing.set()
+    answer = await asyncio.wait_for(task, 5)  # answered, not cancelled
+    assert (answer.stop_reason, texts(answer.messages)) == ("end_turn", ["done in time"])
+    assert texts(await engine.full()) == ["hi", "done in time"]
