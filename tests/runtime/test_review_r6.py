@@ -6,9 +6,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from aap_server.agent import ModelOutput, ModelRequest, TextDelta
-from aap_server.protocol import PostSessionTurnRequest, PostSessionTurnResponse, UserMessage
+import pytest
+
+from aap_server.agent import ModelOutput, ModelRequest, TextDelta, ThinkingDelta
+from aap_server.protocol import (
+    PostSessionTurnRequest,
+    PostSessionTurnResponse,
+    StreamMode,
+    TextContentBlock,
+    TextDeltaEvent,
+    ThinkingContentBlock,
+    ThinkingDeltaEvent,
+    UserMessage,
+)
 from aap_server.runtime import LOCAL_PRINCIPAL
+from aap_server.runtime.events import MessageOut
 from aap_server.runtime.views import none_answer
 from tests.runtime.test_turn_engine import Engine, engine, texts
 
@@ -53,3 +65,47 @@ async def test_shutdown_does_not_cancel_a_request_whose_none_turn_has_ended(
     answer = await asyncio.wait_for(task, 5)  # answered, not cancelled
     assert (answer.stop_reason, texts(answer.messages)) == ("end_turn", ["done in time"])
     assert texts(await engine.full()) == ["hi", "done in time"]
+
+
+KEY = "AKIA" + "Z7Q3K5M2N8P4R6T1"
+
+
+async def split_secret(request: ModelRequest) -> AsyncIterator[ModelOutput]:
+    """Thinking and text, the key split one character a delta, empty deltas between."""
+    yield ThinkingDelta(text="the key is ")
+    for char in KEY:
+        yield ThinkingDelta(text=char)
+        yield ThinkingDelta(text="")
+    yield TextDelta(text="")
+    yield TextDelta(text="here: ")
+    for char in KEY:
+        yield TextDelta(text=char)
+        yield TextDelta(text="")
+    yield TextDelta(text=" done")
+
+
+@pytest.mark.parametrize("mode", ["none", "message", "delta"])
+async def test_a_secret_split_across_deltas_is_redacted_alike_in_every_mode(
+    engine: Engine, mode: StreamMode
+) -> None:
+    """What a client ends up with (the message, and in `delta` mode the deltas) and what is
+    stored: the same redacted text in every mode, the key nowhere."""
+    engine.model.respond_with = split_secret
+    reason, out = await engine.turn("tell me", mode)
+    assert reason == "end_turn"
+    if mode == "none":
+        said = out
+    else:
+        said = [event.message for event in out if isinstance(event, MessageOut)]
+        streamed = "".join(
+            e.delta for e in out if isinstance(e, TextDeltaEvent | ThinkingDeltaEvent)
+        )
+        assert KEY not in streamed
+    stored = await engine.full()
+    assert KEY not in repr(said) and KEY not in repr(stored)
+    expected = [
+        ThinkingContentBlock(thinking="the key is [REDACTED SECRET]"),
+        TextContentBlock(text="here: [REDACTED SECRET] done"),
+    ]
+    assert [m.content for m in said] == [expected], said
+    assert [m.content for m in stored][1:] == [expected]
