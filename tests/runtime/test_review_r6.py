@@ -4,6 +4,7 @@ service, SQLite store and guardian."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,7 +23,7 @@ from aap_server.protocol import (
 from aap_server.runtime import LOCAL_PRINCIPAL
 from aap_server.runtime.events import MessageOut
 from aap_server.runtime.views import none_answer
-from tests.runtime.test_turn_engine import Engine, engine, texts
+from tests.runtime.test_turn_engine import Engine, echo, engine, texts
 
 __all__ = ["engine"]  # the fixture, used by name
 
@@ -102,10 +103,48 @@ async def test_a_secret_split_across_deltas_is_redacted_alike_in_every_mode(
         )
         assert KEY not in streamed
     stored = await engine.full()
-    assert KEY not in repr(said) and KEY not in repr(stored)
+    assert KEY not in repr(said)
+    assert KEY not in repr(stored)
     expected = [
         ThinkingContentBlock(thinking="the key is [REDACTED SECRET]"),
         TextContentBlock(text="here: [REDACTED SECRET] done"),
     ]
     assert [m.content for m in said] == [expected], said
     assert [m.content for m in stored][1:] == [expected]
+
+
+async def test_a_none_request_cancelled_at_any_point_leaves_the_session_usable(
+    engine: Engine,
+) -> None:
+    """The request's task (running its `none` turn) cancelled after 0, 1, 2, ... loop passes:
+    each time the session is freed, its history holds each input at most once with its reply
+    only after it, and the next turn runs."""
+    engine.service.turn_timeout_seconds = 60
+    engine.model.respond_with = echo
+    for passes in range(0, 80, 3):
+        text = f"cancel after {passes}"
+
+        async def request(text: str = text) -> None:
+            turn = await engine.service.start_turn(
+                LOCAL_PRINCIPAL,
+                engine.session_id,
+                PostSessionTurnRequest(messages=[UserMessage(content=text)]),
+            )
+            await none_answer(turn.queue)
+
+        task = asyncio.create_task(request())
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await engine.service.store.writes_settled()
+        assert await engine.free(), passes
+        said = texts(await engine.full())
+        assert said.count(text) <= 1, (passes, said)
+        if f"Echo: {text}" in said:
+            assert said.index(f"Echo: {text}") == said.index(text) + 1, (passes, said)
+        reason, messages = await engine.turn(f"after {passes}")
+        assert (reason, texts(messages)) == ("end_turn", [f"Echo: after {passes}"]), passes
+    said = texts(await engine.full())
+    assert len(said) == len(set(said))
