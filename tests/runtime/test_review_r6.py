@@ -6,11 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from aap_server import aos
 from aap_server.agent import ModelOutput, ModelRequest, TextDelta, ThinkingDelta
+from aap_server.guardian.policy import default_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.protocol import (
+    AgentConfig,
+    PostSessionsRequest,
     PostSessionTurnRequest,
     PostSessionTurnResponse,
     StreamMode,
@@ -20,10 +26,11 @@ from aap_server.protocol import (
     ThinkingDeltaEvent,
     UserMessage,
 )
-from aap_server.runtime import LOCAL_PRINCIPAL
+from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
 from aap_server.runtime.events import MessageOut
 from aap_server.runtime.views import none_answer
-from tests.runtime.test_turn_engine import Engine, echo, engine, texts
+from aap_server.store import SqliteSessionStore
+from tests.runtime.test_turn_engine import Engine, Scripted, agent, echo, engine, texts
 
 __all__ = ["engine"]  # the fixture, used by name
 
@@ -148,3 +155,53 @@ async def test_a_none_request_cancelled_at_any_point_leaves_the_session_usable(
         assert (reason, texts(messages)) == ("end_turn", [f"Echo: after {passes}"]), passes
     said = texts(await engine.full())
     assert len(said) == len(set(said))
+
+
+class SlowReplies(PolicyGuardian):
+    """The default policy, answering an agent's message only after `delay` seconds."""
+
+    delay = 0.0
+
+    async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        if isinstance(request, aos.MessageStep) and request.params.message.role == "agent":
+            await asyncio.sleep(self.delay)
+        return await super().check(request)
+
+
+@pytest.mark.parametrize("mode", ["none", "message", "delta"])
+async def test_a_turn_timing_out_in_a_slow_guardian_check_stores_its_input_only(
+    tmp_path: Path, mode: StreamMode
+) -> None:
+    store = SqliteSessionStore(str(tmp_path / "slow.db"))
+    await store.open()
+    model = Scripted()
+    guardian = SlowReplies(default_policy())
+    service = AapService(
+        registry=AgentRegistry([agent(model)]),
+        store=store,
+        guardian=guardian,
+        guardian_timeout_seconds=30,
+        turn_timeout_seconds=0.2,
+    )
+    try:
+        created = await service.create_session(
+            LOCAL_PRINCIPAL, PostSessionsRequest(agent=AgentConfig(name="scripted"))
+        )
+        engine = Engine(service, model, created.session_id)
+        model.respond_with = echo
+        guardian.delay = 5
+        reason, out = await engine.turn("slow", mode)
+        assert reason == "error"
+        assert "Echo: slow" not in repr(out)
+        assert texts(await engine.full()) == ["slow"]
+        assert await engine.free()
+        task = asyncio.current_task()
+        assert task is not None
+        assert task.cancelling() == 0
+        guardian.delay = 0
+        assert await engine.turn("quick", mode)
+        assert texts(await engine.full()) == ["slow", "quick", "Echo: quick"]
+        await asyncio.sleep(0.3)  # no timer left to fire into this task
+    finally:
+        await service.shutdown(0)
+        await store.close()
