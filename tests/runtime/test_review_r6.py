@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from aap_server import aos
@@ -30,7 +31,7 @@ from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
 from aap_server.runtime.events import MessageOut
 from aap_server.runtime.views import none_answer
 from aap_server.store import SqliteSessionStore
-from tests.runtime.test_turn_engine import Engine, Scripted, agent, echo, engine, texts
+from tests.runtime.test_turn_engine import Engine, Scripted, agent, echo, engine, forever, texts
 
 __all__ = ["engine"]  # the fixture, used by name
 
@@ -205,3 +206,46 @@ async def test_a_turn_timing_out_in_a_slow_guardian_check_stores_its_input_only(
     finally:
         await service.shutdown(0)
         await store.close()
+
+
+async def test_over_http_a_timed_out_none_turn_answers_and_the_connection_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Over uvicorn: a `none` turn cut by the timeout answers 200 `error`, and the same
+    keep-alive connection then runs turns (short, and one spanning the old deadline)."""
+    from aap_server.api.app import create_app
+    from aap_server.config import Settings
+    from tests.conftest import serve
+
+    model = Scripted()
+    settings = Settings(db=str(tmp_path / "http.db"), turn_timeout_seconds=0.3)
+    app = create_app(settings, [agent(model)])
+    async with serve(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        created = await client.post("/sessions", json={"agent": {"name": "scripted"}})
+        session_id = created.json()["sessionId"]
+        url = f"/sessions/{session_id}/turns"
+        model.respond_with = forever
+        cut = await client.post(url, json={"messages": [{"role": "user", "content": "wait"}]})
+        assert cut.status_code == 200, cut.text
+        assert cut.json()["stopReason"] == "error"
+
+        async def slowish(request: ModelRequest) -> AsyncIterator[ModelOutput]:
+            await asyncio.sleep(0.2)  # together with the next turn, past the old deadline
+            yield TextDelta(text="late but in time")
+
+        model.respond_with = slowish
+        for index in range(2):
+            answered = await client.post(
+                url, json={"messages": [{"role": "user", "content": f"next {index}"}]}
+            )
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["stopReason"] == "end_turn", answered.text
+        history = await client.get(f"/sessions/{session_id}/history", params={"type": "full"})
+        contents = [m["content"] for m in history.json()["history"]["full"]]
+        assert contents == [
+            "wait",
+            "next 0",
+            "late but in time",
+            "next 1",
+            "late but in time",
+        ]
