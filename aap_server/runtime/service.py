@@ -651,10 +651,13 @@ class AapService:
         if not tasks:
             return
         _, still_running = await asyncio.wait(tasks, timeout=grace_seconds)
-        for task in still_running:
+        # Only tasks still running a turn: a request's task past its inline `none` turn is
+        # writing the answer, which is the client's.
+        stopping = [task for task in still_running if task in self._tasks]
+        for task in stopping:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*still_running, return_exceptions=True)
+            await asyncio.gather(*stopping, return_exceptions=True)
 
 
 _REPAIR_PREFIX = "repair_"  # the lease holder while a read closes interrupted tool runs
