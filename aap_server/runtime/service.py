@@ -170,6 +170,10 @@ class AapService:
         # The tasks running turns: each streamed turn's own, and the request's task while it
         # runs a `none` turn inline (shutdown waits for them all, then cancels them).
         self._tasks: set[asyncio.Task[Any]] = set()
+        # The requests in `start_turn` (an inline `none` turn runs to its end in it).
+        self._starting: set[asyncio.Task[Any]] = set()
+        self._none_starting = asyncio.Event()
+        self._none_starting.set()
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
         self._shutdown: asyncio.Future[None] | None = None  # see `shutdown`
@@ -384,6 +388,26 @@ class AapService:
         A turn no user started has a `trigger`, guarded first (`runtime/triggered`)."""
         if not self._accepting:
             raise UnavailableError("the server is shutting down; retry shortly")
+        # Counted from here, not from when its task runs: a shutdown begun while the input
+        # is still in its checks waits for it (else the turn would go on on a closed store).
+        task = asyncio.current_task()
+        assert task is not None
+        self._starting.add(task)
+        self._none_starting.clear()
+        try:
+            return await self._start_turn(principal, session_id, request, trigger)
+        finally:
+            self._starting.discard(task)
+            if not self._starting:
+                self._none_starting.set()
+
+    async def _start_turn(
+        self,
+        principal: Principal,
+        session_id: str,
+        request: PostSessionTurnRequest,
+        trigger: Trigger | None,
+    ) -> Turn:
         options = request.agent.options if request.agent is not None else None
         check_limits(self.limits, request.messages, options, request.tools)
         if session_id in self._active or session_id in self._deleting:
@@ -647,10 +671,16 @@ class AapService:
 
     async def _stop_turns(self, grace_seconds: float) -> None:
         self._accepting = False
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + grace_seconds
+        # Turns still starting become running turns (or are refused) first.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_seconds):
+                await self._none_starting.wait()
         tasks = set(self._tasks)
         if not tasks:
             return
-        _, still_running = await asyncio.wait(tasks, timeout=grace_seconds)
+        _, still_running = await asyncio.wait(tasks, timeout=max(0.0, ends_at - loop.time()))
         # Only tasks still running a turn: a request's task past its inline `none` turn is
         # writing the answer, which is the client's.
         stopping = [task for task in still_running if task in self._tasks]
