@@ -16,21 +16,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import Connection, stop_all
+from bench._common import Connection
 from bench.throughput import (
-    CLIENT_CPUS,
     KEY,
     LARGE,
     SMALL,
     Server,
+    bench_servers,
     checkout,
     cpu_seconds,
     open_sessions,
@@ -102,18 +100,11 @@ async def measure(servers: list[Server], rounds: int, seconds: float, concurrenc
 
 
 def main(arguments: argparse.Namespace) -> None:
-    os.sched_setaffinity(0, CLIENT_CPUS)
-    servers: list[Server] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            servers.append(start_aap(Path(tmp) / "this.db"))
-            source = checkout(arguments.against, Path(tmp))
-            servers.append(start_aap(Path(tmp) / "against.db", source, f"@{arguments.against}"))
-            asyncio.run(
-                measure(servers, arguments.rounds, arguments.seconds, arguments.concurrency)
-            )
-        finally:
-            stop_all([server.process for server in servers])
+    with bench_servers() as (tmp, servers):
+        servers.append(start_aap(tmp / "this.db"))
+        source = checkout(arguments.against, tmp)
+        servers.append(start_aap(tmp / "against.db", source, f"@{arguments.against}"))
+        asyncio.run(measure(servers, arguments.rounds, arguments.seconds, arguments.concurrency))
 
 
 if __name__ == "__main__":

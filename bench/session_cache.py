@@ -17,19 +17,18 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import launch_server, stop_all, wait_ready
+from bench._common import launch_server, wait_ready
 from bench.throughput import (
-    CLIENT_CPUS,
     KEY,
     ROOT,
     SERVER_CPUS,
     SMALL,
     Scenario,
     Server,
+    bench_servers,
     open_sessions,
     pin,
     report,
@@ -101,15 +100,10 @@ async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
 
 
 def main(arguments: argparse.Namespace) -> None:
-    os.sched_setaffinity(0, CLIENT_CPUS)
-    servers: list[Server] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            for configuration in CONFIGURATIONS:
-                servers.append(start(Path(tmp), *configuration))
-            asyncio.run(measure(arguments, servers))
-        finally:
-            stop_all([server.process for server in servers])
+    with bench_servers() as (tmp, servers):
+        for configuration in CONFIGURATIONS:
+            servers.append(start(tmp, *configuration))
+        asyncio.run(measure(arguments, servers))
 
 
 if __name__ == "__main__":

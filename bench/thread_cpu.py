@@ -20,16 +20,14 @@ import asyncio
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import stop_all
 from bench.throughput import (
-    CLIENT_CPUS,
     SMALL,
     Scenario,
     Server,
+    bench_servers,
     checkout,
     open_sessions,
     run,
@@ -111,18 +109,12 @@ async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
 
 
 def main(arguments: argparse.Namespace) -> None:
-    os.sched_setaffinity(0, CLIENT_CPUS)
-    servers: list[Server] = []
-    with tempfile.TemporaryDirectory() as folder:
-        tmp = Path(folder)
-        try:
-            servers.append(start_aap(tmp / "bench.db"))
-            if arguments.against:
-                source = checkout(arguments.against, tmp)
-                servers.append(start_aap(tmp / "against.db", source, f"@{arguments.against}"))
-            asyncio.run(measure(arguments, servers))
-        finally:
-            stop_all([server.process for server in servers])
+    with bench_servers() as (tmp, servers):
+        servers.append(start_aap(tmp / "bench.db"))
+        if arguments.against:
+            source = checkout(arguments.against, tmp)
+            servers.append(start_aap(tmp / "against.db", source, f"@{arguments.against}"))
+        asyncio.run(measure(arguments, servers))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,15 +269,23 @@ async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
         )
 
 
-def main(arguments: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def bench_servers() -> Iterator[tuple[Path, list[Server]]]:
+    """This client pinned to its CPUs, a temporary folder, and a list for the servers the
+    bench starts: every one of them stopped at the end, however the bench ends."""
     os.sched_setaffinity(0, CLIENT_CPUS)
     servers: list[Server] = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            start_servers(arguments, Path(tmp), servers)
-            asyncio.run(measure(arguments, servers))
+            yield Path(tmp), servers
         finally:
             stop_all([server.process for server in servers])
+
+
+def main(arguments: argparse.Namespace) -> None:
+    with bench_servers() as (tmp, servers):
+        start_servers(arguments, tmp, servers)
+        asyncio.run(measure(arguments, servers))
 
 
 if __name__ == "__main__":
