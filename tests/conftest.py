@@ -64,10 +64,15 @@ class ScriptedGuardian(Guardian):
 
 
 @asynccontextmanager
-async def serve(app: Litestar, lifespan: Literal["on", "off"] = "on") -> AsyncIterator[str]:
+async def serve(
+    app: Litestar, lifespan: Literal["on", "off"] = "on", root_path: str = ""
+) -> AsyncIterator[str]:
     """Run `app` under uvicorn on an ephemeral loopback port; yield its base URL. A bare ASGI
-    callable (a fake upstream) that only answers HTTP is served with `lifespan="off"`."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan)
+    callable (a fake upstream) that only answers HTTP is served with `lifespan="off"`;
+    `root_path` is what `uvicorn --root-path` sets."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan, root_path=root_path
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     async with asyncio.timeout(10):

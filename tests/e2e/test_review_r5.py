@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from aap_server.api.app import create_app
 from aap_server.config import Settings
-from tests.conftest import KEYS, ScriptedGuardian, demo_agents
+from tests.conftest import KEYS, ScriptedGuardian, demo_agents, serve
 
 ALICE = {"Authorization": "Bearer key-alice"}
 
@@ -21,24 +19,11 @@ ALICE = {"Authorization": "Bearer key-alice"}
 async def served(settings: Settings, root_path: str = "") -> AsyncIterator[httpx.AsyncClient]:
     """The app under uvicorn (with `root_path`, as `uvicorn --root-path` sets it)."""
     app = create_app(settings, demo_agents(), guardian=ScriptedGuardian())
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", root_path=root_path)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.005)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        async with httpx.AsyncClient(
-            base_url=f"http://127.0.0.1:{port}", headers=ALICE, timeout=30
-        ) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        async with asyncio.timeout(30):
-            await task
+    async with (
+        serve(app, root_path=root_path) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=ALICE, timeout=30) as client,
+    ):
+        yield client
 
 
 async def test_under_a_root_path_turns_and_the_rest_of_the_api_agree(tmp_path: Path) -> None:
