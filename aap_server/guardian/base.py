@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import itertools
 import logging
 import types
 from collections.abc import Coroutine, Generator, Sequence
@@ -293,18 +294,16 @@ def _well_typed(verdict: AosSuccessResult) -> bool:
     """What msgspec checks when a verdict is decoded, for one built in-process (a Struct
     does not check its fields' types when constructed): an unknown decision must never be
     taken for `allow`."""
+    codes, modified = verdict.reason_code, verdict.modified_request
     return (
         verdict.decision in ("allow", "deny", "modify")
         and isinstance(verdict.message, str)
         and (
-            verdict.reason_code is None
-            or (
-                isinstance(verdict.reason_code, list)
-                and all(isinstance(code, str) for code in verdict.reason_code)
-            )
+            codes is None
+            or (isinstance(codes, list) and all(map(isinstance, codes, itertools.repeat(str))))
         )
         and (verdict.data is None or isinstance(verdict.data, dict))
-        and isinstance(verdict.modified_request, AosRequestBase | None)
+        and (modified is None or isinstance(modified, AosRequestBase))
     )
 
 

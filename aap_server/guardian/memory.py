@@ -459,11 +459,20 @@ class SessionFacts:
         return (self.calls_by_tool, self.originals, self.counters, self._calls)
 
     def pending(self) -> bool:
-        """Whether anything changed since the last export."""
+        """Whether anything changed since the last export (asked after every step: spelt
+        out, as `_prints` and `_journals` list them)."""
+        provenance = self.provenance
         return (
             self.changed
-            or any(prints.touched() for prints in self._prints())
-            or any(journal.touched() for journal in self._journals())
+            or self.untrusted_lines.touched()
+            or self.private_lines.touched()
+            or self.private_values.touched()
+            or provenance.trusted.touched()
+            or provenance.untrusted.touched()
+            or self.calls_by_tool.touched()
+            or self.originals.touched()
+            or self.counters.touched()
+            or self._calls.touched()
         )
 
     def export(self, whole: bool = False) -> MemoryExport:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from aap_server.guardian import policy_guardian
 from aap_server.guardian.content import StepView
+from aap_server.guardian.memory import SessionFacts
 from aap_server.guardian.policy import Policy, default_policy, load_policy, validate
 from aap_server.guardian.policy_guardian import (
     CANDIDATE_NAME_CHARS,
@@ -253,3 +254,20 @@ async def test_a_step_that_changes_nothing_keeps_what_earlier_steps_left_to_expo
     assert exported.record  # the user's words, the turn
     await guardian.check(factory.message("agent", "ok"))
     assert guardian.export_session("sess_fixed") is None  # nothing new since
+
+
+def test_a_change_to_any_part_of_a_sessions_memory_is_pending_export() -> None:
+    """`pending` (asked after every step) names each set and journal of the facts: one
+    touched alone is enough for an export."""
+    parts = len(SessionFacts()._prints()) + len(SessionFacts()._journals())
+    for part in range(parts):
+        facts = SessionFacts()
+        assert not facts.pending()
+        prints, journals = facts._prints(), facts._journals()
+        if part < len(prints):
+            prints[part].add(7)
+        else:
+            journals[part - len(prints)]["x"] = 1
+        assert facts.pending(), part
+        facts.export()
+        assert not facts.pending()
