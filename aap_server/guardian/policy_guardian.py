@@ -418,8 +418,12 @@ def _static_holds(match: Match, view: StepView, egress: bool) -> bool:
 def _holds(match: Match, step: _Step, facts: SessionFacts) -> bool:
     """Whether a candidate rule's other conditions hold: on the step's content and the
     session's facts (see `_Families.candidates`)."""
-    if match.detectors is not None and not step.findings:
-        return False  # (the commonest step has none: no other condition need be worked out)
+    # The detectors first: the step's findings are known by now, and most steps have none
+    # (or none of the rule's), which decides the rule before any costlier condition.
+    if match.detectors is not None and not (
+        step.findings and any(_names_match(match.detectors, name) for name in step.detector_names())
+    ):
+        return False
     view = step.view
     if match.consequential is not None and match.consequential != (
         (step.tool_facts() or ToolFacts()).consequence is not None
@@ -485,10 +489,7 @@ def _holds(match: Match, step: _Step, facts: SessionFacts) -> bool:
             )
         ):
             return False
-    # Last: the detectors are the costly part, and most rules are decided before them.
-    return match.detectors is None or any(
-        _names_match(match.detectors, name) for name in step.detector_names()
-    )
+    return True
 
 
 class PolicyGuardian(Guardian):
@@ -644,17 +645,15 @@ class PolicyGuardian(Guardian):
         self, step: _Step, facts: SessionFacts, matching: list[Rule]
     ) -> aos.AosSuccessResult:
         policy = step.policy
-        base = {
-            "policyHash": policy.hash,
-            "findings": sorted(step.detector_names()) if matching else [],
-        }
         if not matching:
+            code = _DEFAULT_CODES[policy.default]
             return aos.AosSuccessResult(
                 decision=policy.default,
-                message=f"no rule matched; default {policy.default}",
-                reason_code=[f"default.{policy.default}"],
-                data={**base, "ruleId": f"default.{policy.default}"},
+                message=_DEFAULT_MESSAGES[policy.default],
+                reason_code=[code],
+                data={"policyHash": policy.hash, "findings": [], "ruleId": code},
             )
+        base = {"policyHash": policy.hash, "findings": sorted(step.detector_names())}
         strongest = max(ACTION_STRENGTH[r.action] for r in matching)
         deciding = next(r for r in matching if ACTION_STRENGTH[r.action] == strongest)
         reasons = [r.reason_code for r in matching if ACTION_STRENGTH[r.action] == strongest]
@@ -736,6 +735,11 @@ class PolicyGuardian(Guardian):
             facts.changed |= facts.private_lines.add_all(step.content_prints)
         if view.method == "steps/memoryContextRetrieval" and step.findings:
             facts.changed = True
+
+
+# The verdict of a step no rule matched (`Policy.default`), as `_decide` words it.
+_DEFAULT_CODES = {"allow": "default.allow", "deny": "default.deny"}
+_DEFAULT_MESSAGES = {d: f"no rule matched; default {d}" for d in _DEFAULT_CODES}
 
 
 def _caller(request: aos.AosRequest, scope: CheckScope) -> str:
