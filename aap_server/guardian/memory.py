@@ -529,22 +529,20 @@ class SessionFacts:
 
     def _change(self) -> SessionMemory:
         """What changed since the last export (the journals are emptied)."""
-        lines, private_lines, private_values, trusted, untrusted = (
-            p.take_touched() for p in self._prints()
-        )
         self.changed = False
+        provenance = self.provenance
         return self._memory(
             calls_by_tool=self.calls_by_tool.take_touched(),
-            untrusted_lines=lines,
-            private_lines=private_lines,
-            private_prints=private_values,
+            untrusted_lines=self.untrusted_lines.take_touched(),
+            private_lines=self.private_lines.take_touched(),
+            private_prints=self.private_values.take_touched(),
             originals=self.originals.take_touched(),
             counters=self.counters.take_touched(),
             provenance=ProvenanceMemory(
-                trusted=trusted,
-                untrusted=untrusted,
+                trusted=provenance.trusted.take_touched(),
+                untrusted=provenance.untrusted.take_touched(),
                 calls=self._calls.take_touched(),
-                instructions=self.provenance.instructions,
+                instructions=provenance.instructions,
             ),
         )
 
