@@ -68,6 +68,7 @@ from aap_server.guardian.policy import (
     Modify,
     Policy,
     Rule,
+    ToolDeclaration,
     name_matches,
 )
 from aap_server.guardian.provenance import (
@@ -182,6 +183,7 @@ class _Step:
         "argument_forms",
         "cancelled",
         "content_prints",
+        "declarations",
         "egress",
         "families",
         "findings",
@@ -198,7 +200,7 @@ class _Step:
         view: StepView,
         policy: Policy,
         families: _Families,
-        egress: bool,
+        candidates: _Candidates,
     ) -> None:
         self.request = request
         self.view = view
@@ -206,8 +208,9 @@ class _Step:
         self.families = families(view.method)
         self._recent = families.recent
         self.reads_untrusted_lines = families.reads_untrusted_lines
-        # A tool call of a tool the policy labels egress.
-        self.egress = egress
+        # A tool call of a tool the policy labels egress, and what the policy declares of it.
+        self.egress = candidates.egress
+        self.declarations = candidates.declarations
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
         self.cancelled = False
         self.findings: list[Finding] = []
@@ -301,7 +304,7 @@ class _Step:
             return None
         if self._tool_facts is None:
             self._tool_facts = tool_facts(
-                self.request, self.view.tool, self.policy.tools, self.egress
+                self.request, self.view.tool, self.declarations, self.egress
             )
         return self._tool_facts
 
@@ -342,6 +345,7 @@ class _Families:
         }
         self.recent = RecentScans()  # per policy: another may scan for other families
         self._egress_tools = policy.egress.tools
+        self._tools = policy.tools
         self._candidates: dict[tuple[str | None, ...], _Candidates] = {}
         # Whether a rule reads the fingerprints of untrusted content (a tool result's are
         # taken only then: hashing 4 KB at every 8th letter costs more than scanning it).
@@ -365,11 +369,16 @@ class _Families:
         key = (view.method, view.role, view.agent, view.tool)
         found = self._candidates.get(key)
         if found is None:
-            egress = view.tool is not None and _names_match(self._egress_tools, view.tool)
+            tool = view.tool
+            egress = tool is not None and _names_match(self._egress_tools, tool)
             rules = tuple(
                 r for r in self.rules(view.method) if _static_holds(r.match, view, egress)
             )
-            found = _Candidates(rules, egress)
+            # The first `[[tools]]` declaration naming the tool is the one that counts.
+            declarations: tuple[ToolDeclaration, ...] = ()
+            if tool is not None:
+                declarations = next(((d,) for d in self._tools if name_matches(tool, d.name)), ())
+            found = _Candidates(rules, egress, declarations)
             if len(view.agent or "") + len(view.tool or "") <= CANDIDATE_NAME_CHARS:
                 if len(self._candidates) >= CANDIDATES_KEPT:
                     self._candidates.clear()
@@ -378,11 +387,12 @@ class _Families:
 
 
 class _Candidates(NamedTuple):
-    """A step's candidate rules (see `_Families.candidates`) and whether it calls a tool the
-    policy labels egress."""
+    """A step's candidate rules (see `_Families.candidates`), whether it calls a tool the
+    policy labels egress, and the policy's declaration of that tool (if any)."""
 
     rules: tuple[Rule, ...]
     egress: bool
+    declarations: tuple[ToolDeclaration, ...]
 
 
 def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
@@ -596,7 +606,7 @@ class PolicyGuardian(Guardian):
             ) or ""
             size = _utf8_size(view.texts)
             candidates = families.candidates(view)
-            step = _Step(request, view, policy, families, candidates.egress)
+            step = _Step(request, view, policy, families, candidates)
             if size > policy.limits.max_scan_bytes:
                 verdict = _over_limit(policy, size)
                 if verdict.decision != "deny":  # learnt from, unscanned: words off the loop

@@ -5,6 +5,7 @@ when a step changed it — with the same verdicts and the same accounting as the
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,12 @@ _view = st.builds(
 )
 
 
-def _policy(rules: list[dict[str, Any]], egress_tools: list[str]) -> Policy:
+def _policy(
+    rules: list[dict[str, Any]], egress_tools: list[str], declared: Sequence[str] = ()
+) -> Policy:
     document = {
         "egress": {"tools": egress_tools},
+        "tools": [{"name": name, "consequence": "sends"} for name in declared],
         "rules": [
             {
                 "id": f"r{n}",
@@ -95,14 +99,19 @@ def _any(name: str | None, patterns: list[str]) -> bool:
 @given(
     st.lists(_rule, max_size=6),
     st.lists(st.sampled_from(_PATTERNS), max_size=2),
+    st.lists(st.sampled_from(_PATTERNS), max_size=3),
     st.lists(_view, min_size=1, max_size=6),
 )
 def test_the_candidate_rules_of_a_step_are_those_its_names_match(
-    rules: list[dict[str, Any]], egress_tools: list[str], views: list[StepView]
+    rules: list[dict[str, Any]],
+    egress_tools: list[str],
+    declared: list[str],
+    views: list[StepView],
 ) -> None:
     """Looked up (the second time) or worked out, a step's candidates are the rules whose
-    method, role, agent, tool and egress conditions hold, in the policy's order."""
-    policy = _policy(rules, egress_tools)
+    method, role, agent, tool and egress conditions hold, in the policy's order, and the
+    policy's first declaration of its tool."""
+    policy = _policy(rules, egress_tools, declared)
     families = _Families(policy)
     for view in views + views:
         egress = _any(view.tool, egress_tools)
@@ -118,6 +127,8 @@ def test_the_candidate_rules_of_a_step_are_those_its_names_match(
         found = families.candidates(view)
         assert list(found.rules) == expected
         assert found.egress == egress
+        first = [d for d in policy.tools if _any(view.tool, [d.name])][:1]
+        assert list(found.declarations) == first
 
 
 async def test_a_steps_names_are_matched_against_the_policy_once(
@@ -271,3 +282,38 @@ def test_a_change_to_any_part_of_a_sessions_memory_is_pending_export() -> None:
         assert facts.pending(), part
         facts.export()
         assert not facts.pending()
+
+
+DECLARED_PAYING = """
+extends = "none"
+[[tools]]
+name = "get_*"
+consequence = "pays"
+[[rules]]
+id = "no-paying"
+action = "deny"
+reason_code = "paying"
+match.method = ["steps/toolCallRequest"]
+match.consequential = true
+"""
+
+
+async def test_a_reloaded_policy_declares_its_own_tools(tmp_path: Path) -> None:
+    """What the policy declares of a tool is kept with the tool's candidates: a reload that
+    drops the declaration drops it for the tool's next call too."""
+    path = tmp_path / "policy.toml"
+    path.write_text(DECLARED_PAYING)
+    guardian = PolicyGuardian(load_policy(path))
+    reloader = PolicyReloader(guardian, path)
+    factory = steps()
+    assert (await guardian.check(factory.tool_call_request("c1", "get_weather", {}))).decision == (
+        "deny"
+    )
+    path.write_text(DECLARED_PAYING.replace('name = "get_*"', 'name = "pay_*"'))
+    assert reloader.reload()
+    assert (await guardian.check(factory.tool_call_request("c2", "get_weather", {}))).decision == (
+        "allow"
+    )
+    assert (await guardian.check(factory.tool_call_request("c3", "pay_rent", {}))).decision == (
+        "deny"
+    )
