@@ -150,6 +150,10 @@ def _usable(verdict: Any) -> bool:
     )
 
 
+# The steps of the AOM tools' calls and results (a modification may turn a step into one).
+_TOOL_STEPS = (aos.ToolCallRequestStep, aos.ToolCallResultStep)
+
+
 def _deny(code: str, message: str) -> aos.AosSuccessResult:
     return aos.AosSuccessResult(decision="deny", message=message, reason_code=[code])
 
@@ -194,6 +198,11 @@ class AomGuardian(Guardian):
 
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         verdict = await self.inner.check(request)
+        if (
+            not isinstance(request, _TOOL_STEPS)
+            and getattr(verdict, "modified_request", None) is None
+        ):
+            return verdict  # (the commonest step: no AOM tool's, as it is or as modified)
         if not _usable(verdict) or verdict.decision == "deny":
             return verdict  # a malformed verdict goes on as it is, for FailClosed to refuse
         step = request

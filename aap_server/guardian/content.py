@@ -180,9 +180,12 @@ def _plain_texts(params: Any) -> list[str] | None:
     else:
         return None
     # Each part's `kind` is a naming field and a text part's only other string is its text.
-    if all(type(part) is aos.TextPart and part.metadata is None for part in parts):
-        return [part.text for part in parts]
-    return None
+    texts = []
+    for part in parts:
+        if type(part) is not aos.TextPart or part.metadata is not None:
+            return None
+        texts.append(part.text)
+    return texts
 
 
 def view_of(request: aos.AosRequest, *, max_strings: int | None = None) -> StepView:

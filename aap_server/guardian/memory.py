@@ -459,11 +459,20 @@ class SessionFacts:
         return (self.calls_by_tool, self.originals, self.counters, self._calls)
 
     def pending(self) -> bool:
-        """Whether anything changed since the last export."""
+        """Whether anything changed since the last export (asked after every step: spelt
+        out, as `_prints` and `_journals` list them)."""
+        provenance = self.provenance
         return (
             self.changed
-            or any(prints.touched() for prints in self._prints())
-            or any(journal.touched() for journal in self._journals())
+            or self.untrusted_lines.touched()
+            or self.private_lines.touched()
+            or self.private_values.touched()
+            or provenance.trusted.touched()
+            or provenance.untrusted.touched()
+            or self.calls_by_tool.touched()
+            or self.originals.touched()
+            or self.counters.touched()
+            or self._calls.touched()
         )
 
     def export(self, whole: bool = False) -> MemoryExport:
@@ -520,22 +529,20 @@ class SessionFacts:
 
     def _change(self) -> SessionMemory:
         """What changed since the last export (the journals are emptied)."""
-        lines, private_lines, private_values, trusted, untrusted = (
-            p.take_touched() for p in self._prints()
-        )
         self.changed = False
+        provenance = self.provenance
         return self._memory(
             calls_by_tool=self.calls_by_tool.take_touched(),
-            untrusted_lines=lines,
-            private_lines=private_lines,
-            private_prints=private_values,
+            untrusted_lines=self.untrusted_lines.take_touched(),
+            private_lines=self.private_lines.take_touched(),
+            private_prints=self.private_values.take_touched(),
             originals=self.originals.take_touched(),
             counters=self.counters.take_touched(),
             provenance=ProvenanceMemory(
-                trusted=trusted,
-                untrusted=untrusted,
+                trusted=provenance.trusted.take_touched(),
+                untrusted=provenance.untrusted.take_touched(),
                 calls=self._calls.take_touched(),
-                instructions=self.provenance.instructions,
+                instructions=provenance.instructions,
             ),
         )
 

@@ -22,12 +22,13 @@ import fnmatch
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from aap_server import aos
 from aap_server.guardian.base import (
+    CheckScope,
     Guardian,
     GuardianStatus,
     MemoryExport,
@@ -67,6 +68,7 @@ from aap_server.guardian.policy import (
     Modify,
     Policy,
     Rule,
+    ToolDeclaration,
     name_matches,
 )
 from aap_server.guardian.provenance import (
@@ -91,6 +93,11 @@ INLINE_VIEW_STRINGS = 2_000
 # How much of a step's untrusted or confidential text (its end) is fingerprinted in chunks:
 # more than the `MAX_LINE_PRINTS // 2` newest chunk fingerprints kept of a step need.
 TRACKED_TAIL_CHARS = 32 * 1024
+# A step's candidate rules are kept per combination of its method, role, agent and tool
+# names, for at most this many combinations (then they are worked out afresh), and only for
+# names this long together at most: a `POST /aos` caller may invent names.
+CANDIDATES_KEPT = 1024
+CANDIDATE_NAME_CHARS = 256
 
 
 # The scan workers of all guardians: callers are served in turn (see `scan_pool`).
@@ -164,8 +171,36 @@ class _Step:
     """One step under evaluation: its view, and what scanning it found (`prepare`, which may
     run in a worker thread: it touches no session facts)."""
 
+    __slots__ = (
+        "_argument_prints",
+        "_arguments_ready",
+        "_call",
+        "_names",
+        "_recent",
+        "_scans",
+        "_tool_facts",
+        "argument_findings",
+        "argument_forms",
+        "cancelled",
+        "content_prints",
+        "declarations",
+        "egress",
+        "families",
+        "findings",
+        "learned",
+        "policy",
+        "reads_untrusted_lines",
+        "request",
+        "view",
+    )
+
     def __init__(
-        self, request: aos.AosRequest, view: StepView, policy: Policy, families: _Families
+        self,
+        request: aos.AosRequest,
+        view: StepView,
+        policy: Policy,
+        families: _Families,
+        candidates: _Candidates,
     ) -> None:
         self.request = request
         self.view = view
@@ -173,8 +208,9 @@ class _Step:
         self.families = families(view.method)
         self._recent = families.recent
         self.reads_untrusted_lines = families.reads_untrusted_lines
-        # A tool call of a tool the policy labels egress.
-        self.egress = view.tool is not None and _names_match(policy.egress.tools, view.tool)
+        # A tool call of a tool the policy labels egress, and what the policy declares of it.
+        self.egress = candidates.egress
+        self.declarations = candidates.declarations
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
         self.cancelled = False
         self.findings: list[Finding] = []
@@ -268,7 +304,7 @@ class _Step:
             return None
         if self._tool_facts is None:
             self._tool_facts = tool_facts(
-                self.request, self.view.tool, self.policy.tools, self.egress
+                self.request, self.view.tool, self.declarations, self.egress
             )
         return self._tool_facts
 
@@ -308,6 +344,9 @@ class _Families:
             for method in methods
         }
         self.recent = RecentScans()  # per policy: another may scan for other families
+        self._egress_tools = policy.egress.tools
+        self._tools = policy.tools
+        self._candidates: dict[tuple[str | None, ...], _Candidates] = {}
         # Whether a rule reads the fingerprints of untrusted content (a tool result's are
         # taken only then: hashing 4 KB at every 8th letter costs more than scanning it).
         self.reads_untrusted_lines = any(
@@ -321,6 +360,39 @@ class _Families:
 
     def rules(self, method: str) -> tuple[Rule, ...]:
         return self._rules_by_method.get(method, self._any_rules)
+
+    def candidates(self, view: StepView) -> _Candidates:
+        """The rules whose conditions on who and what (method, role, agent, tool, egress)
+        hold for a step, worked out once per combination of those names: the same in every
+        step of an agent's turns. What else a rule asks depends on the step's content and the
+        session (`_holds`)."""
+        key = (view.method, view.role, view.agent, view.tool)
+        found = self._candidates.get(key)
+        if found is None:
+            tool = view.tool
+            egress = tool is not None and _names_match(self._egress_tools, tool)
+            rules = tuple(
+                r for r in self.rules(view.method) if _static_holds(r.match, view, egress)
+            )
+            # The first `[[tools]]` declaration naming the tool is the one that counts.
+            declarations: tuple[ToolDeclaration, ...] = ()
+            if tool is not None:
+                declarations = next(((d,) for d in self._tools if name_matches(tool, d.name)), ())
+            found = _Candidates(rules, egress, declarations)
+            if len(view.agent or "") + len(view.tool or "") <= CANDIDATE_NAME_CHARS:
+                if len(self._candidates) >= CANDIDATES_KEPT:
+                    self._candidates.clear()
+                self._candidates[key] = found
+        return found
+
+
+class _Candidates(NamedTuple):
+    """A step's candidate rules (see `_Families.candidates`), whether it calls a tool the
+    policy labels egress, and the policy's declaration of that tool (if any)."""
+
+    rules: tuple[Rule, ...]
+    egress: bool
+    declarations: tuple[ToolDeclaration, ...]
 
 
 def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
@@ -339,8 +411,9 @@ def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
     return tuple(c for c in CATEGORIES if c in wanted and c != "egress")
 
 
-def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
-    view = step.view
+def _static_holds(match: Match, view: StepView, egress: bool) -> bool:
+    """Whether a rule's conditions on who and what hold for a step (its method, role, agent
+    and tool, and whether the tool is egress): the same for every step naming the same."""
     if match.method is not None and view.method not in match.method:
         return False
     if match.agent is not None and not _names_match(match.agent, view.agent):
@@ -349,8 +422,19 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         return False
     if match.role is not None and view.role not in match.role:
         return False
-    if match.egress is not None and step.egress != match.egress:
+    return match.egress is None or egress == match.egress
+
+
+def _holds(match: Match, step: _Step, facts: SessionFacts) -> bool:
+    """Whether a candidate rule's other conditions hold: on the step's content and the
+    session's facts (see `_Families.candidates`)."""
+    # The detectors first: the step's findings are known by now, and most steps have none
+    # (or none of the rule's), which decides the rule before any costlier condition.
+    if match.detectors is not None and not (
+        step.findings and any(_names_match(match.detectors, name) for name in step.detector_names())
+    ):
         return False
+    view = step.view
     if match.consequential is not None and match.consequential != (
         (step.tool_facts() or ToolFacts()).consequence is not None
     ):
@@ -361,14 +445,15 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
         return False
     if match.session is not None:
         session = match.session
-        checks = [
-            (session.tool_calls_in_turn_at_least, facts.calls_in_turn),
-            (session.tool_calls_in_session_at_least, facts.calls_in_session),
-            (session.calls_of_this_tool_at_least, facts.calls_of(view.tool or "")),
-        ]
-        for threshold, count in checks:
-            if threshold is not None and count < threshold:
-                return False
+        at_least = session.tool_calls_in_turn_at_least
+        if at_least is not None and facts.calls_in_turn < at_least:
+            return False
+        at_least = session.tool_calls_in_session_at_least
+        if at_least is not None and facts.calls_in_session < at_least:
+            return False
+        at_least = session.calls_of_this_tool_at_least
+        if at_least is not None and facts.calls_of(view.tool or "") < at_least:
+            return False
         if session.untrusted_seen is not None and facts.untrusted_seen != session.untrusted_seen:
             return False
         calling = view.method == "steps/toolCallRequest"
@@ -414,10 +499,7 @@ def _matches(match: Match, step: _Step, facts: SessionFacts) -> bool:
             )
         ):
             return False
-    # Last: the detectors are the costly part, and most rules are decided before them.
-    return match.detectors is None or any(
-        _names_match(match.detectors, name) for name in step.detector_names()
-    )
+    return True
 
 
 class PolicyGuardian(Guardian):
@@ -511,27 +593,25 @@ class PolicyGuardian(Guardian):
     async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
         policy, families = self.policy, self._families
         scope = check_scope.get()
-        # Whose turn a scan in a worker waits for: the `POST /aos` caller, or the session.
-        context: aos.StepContext | None = getattr(request.params, "context", None)
-        caller = scope.namespace or f"session:{context.session.id if context else scope.session_id}"
         try:
             try:
                 view = view_of(request, max_strings=INLINE_VIEW_STRINGS)
                 inline = True
             except ViewTooLarge:
-                view = await _SCANS.run(caller, lambda: view_of(request))
+                view = await _SCANS.run(_caller(request, scope), lambda: view_of(request))
                 inline = False
             # MCP and A2A params name no session: the caller's scope does (see `CheckScope`).
             session_id = (
                 view.session_id if view.session_id is not None else scope.session_id
             ) or ""
-            size = sum(len(text.encode("utf-8", "surrogatepass")) for text in view.texts)
-            step = _Step(request, view, policy, families)
+            size = _utf8_size(view.texts)
+            candidates = families.candidates(view)
+            step = _Step(request, view, policy, families, candidates)
             if size > policy.limits.max_scan_bytes:
                 verdict = _over_limit(policy, size)
                 if verdict.decision != "deny":  # learnt from, unscanned: words off the loop
                     step.learned = await _SCANS.run(
-                        caller, lambda: words_to_learn(request, view.texts)
+                        _caller(request, scope), lambda: words_to_learn(request, view.texts)
                     )
             else:
                 short = len(instructions_of(request)) < AHEAD_INSTRUCTIONS_CHARS
@@ -539,7 +619,7 @@ class PolicyGuardian(Guardian):
                     await self._slice.take(size)
                     step.prepare()
                 else:
-                    await _off_the_loop(step, caller)
+                    await _off_the_loop(step, _caller(request, scope))
                 verdict = None
         except ScanQueueFull:
             return _busy(policy)
@@ -551,15 +631,22 @@ class PolicyGuardian(Guardian):
             facts.turn_id = view.turn_id
             facts.calls_in_turn = 0
             facts.changed = True
-        if verdict is None:
-            if view.method == "steps/toolCallRequest" and facts.originals:
-                step.findings = step.findings + _placeholder_findings(view.texts, facts)
-            elif view.method == "protocols/MCP":
-                step.findings = step.findings + _pin_change_findings(request)
-            matching = [r for r in families.rules(view.method) if _matches(r.match, step, facts)]
-            verdict = self._decide(step, facts, matching)
-        self._learn(step, facts, verdict)
-        cache.resized(session_id)
+        # Whether judging the step changes what the facts hold (then their size is accounted
+        # again), noted apart from whether they changed since their last export.
+        changed_before, facts.changed = facts.changed, False
+        try:
+            if verdict is None:
+                if view.method == "steps/toolCallRequest" and facts.originals:
+                    step.findings = step.findings + _placeholder_findings(view.texts, facts)
+                elif view.method == "protocols/MCP":
+                    step.findings = step.findings + _pin_change_findings(request)
+                matching = [r for r in candidates.rules if _holds(r.match, step, facts)]
+                verdict = self._decide(step, facts, matching)
+            self._learn(step, facts, verdict)
+        finally:
+            if facts.changed:
+                cache.resized(session_id)
+            facts.changed |= changed_before
         if policy.mode == "shadow" and (verdict.decision != "allow" or verdict.data):
             return _shadowed(verdict)
         return verdict
@@ -568,17 +655,15 @@ class PolicyGuardian(Guardian):
         self, step: _Step, facts: SessionFacts, matching: list[Rule]
     ) -> aos.AosSuccessResult:
         policy = step.policy
-        base = {
-            "policyHash": policy.hash,
-            "findings": sorted(step.detector_names()) if matching else [],
-        }
         if not matching:
+            code = _DEFAULT_CODES[policy.default]
             return aos.AosSuccessResult(
                 decision=policy.default,
-                message=f"no rule matched; default {policy.default}",
-                reason_code=[f"default.{policy.default}"],
-                data={**base, "ruleId": f"default.{policy.default}"},
+                message=_DEFAULT_MESSAGES[policy.default],
+                reason_code=[code],
+                data={"policyHash": policy.hash, "findings": [], "ruleId": code},
             )
+        base = {"policyHash": policy.hash, "findings": sorted(step.detector_names())}
         strongest = max(ACTION_STRENGTH[r.action] for r in matching)
         deciding = next(r for r in matching if ACTION_STRENGTH[r.action] == strongest)
         reasons = [r.reason_code for r in matching if ACTION_STRENGTH[r.action] == strongest]
@@ -630,6 +715,8 @@ class PolicyGuardian(Guardian):
         facts.changed |= facts.provenance.learn(
             step.request, view.texts, step.tool_facts(), step.learned
         )
+        if view.method == "steps/message":  # (the commonest step: nothing more to take in)
+            return
         if view.method == "steps/toolCallRequest" and view.tool is not None:
             facts.changed = True
             facts.calls_in_turn += 1
@@ -658,6 +745,27 @@ class PolicyGuardian(Guardian):
             facts.changed |= facts.private_lines.add_all(step.content_prints)
         if view.method == "steps/memoryContextRetrieval" and step.findings:
             facts.changed = True
+
+
+# The verdict of a step no rule matched (`Policy.default`), as `_decide` words it.
+_DEFAULT_CODES = {"allow": "default.allow", "deny": "default.deny"}
+_DEFAULT_MESSAGES = {d: f"no rule matched; default {d}" for d in _DEFAULT_CODES}
+
+
+def _caller(request: aos.AosRequest, scope: CheckScope) -> str:
+    """Whose turn a scan in a worker waits for: the `POST /aos` caller, or the session."""
+    if scope.namespace:
+        return scope.namespace
+    context: aos.StepContext | None = getattr(request.params, "context", None)
+    return f"session:{context.session.id if context else scope.session_id}"
+
+
+def _utf8_size(texts: list[str]) -> int:
+    """The texts' size in UTF-8 bytes (an ASCII text's is its length: no copy is made)."""
+    size = 0
+    for text in texts:
+        size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return size
 
 
 async def _off_the_loop(step: _Step, caller: str) -> None:
