@@ -536,6 +536,7 @@ class SessionFacts:
                 untrusted=untrusted,
                 calls=self._calls.take_touched(),
                 instructions=self.provenance.instructions,
+                untrusted_saturated=self.provenance.untrusted.saturated,
             ),
         )
 
@@ -665,6 +666,7 @@ class SessionFacts:
             provenance = stored.provenance
             self.provenance.trusted.add_all(provenance.trusted)
             self.provenance.untrusted.add_all(provenance.untrusted)
+            self.provenance.untrusted.saturated |= provenance.untrusted_saturated
             for call_id, trusted in provenance.calls.items():
                 self._calls[call_id] = trusted
                 self._calls.move_to_end(call_id)

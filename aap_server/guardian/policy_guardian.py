@@ -68,6 +68,7 @@ from aap_server.guardian.policy import (
     Policy,
     Rule,
     name_matches,
+    tool_name_matches,
 )
 from aap_server.guardian.provenance import (
     AHEAD_INSTRUCTIONS_CHARS,
@@ -174,7 +175,9 @@ class _Step:
         self._recent = families.recent
         self.reads_untrusted_lines = families.reads_untrusted_lines
         # A tool call of a tool the policy labels egress.
-        self.egress = view.tool is not None and _names_match(policy.egress.tools, view.tool)
+        self.egress = view.tool is not None and any(
+            tool_name_matches(view.tool, pattern) for pattern in policy.egress.tools
+        )
         # Set from the event loop when the check's waiter gave up; read by the scan worker.
         self.cancelled = False
         self.findings: list[Finding] = []

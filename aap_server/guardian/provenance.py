@@ -39,7 +39,7 @@ import msgspec
 
 from aap_server import aos
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
-from aap_server.guardian.policy import name_matches
+from aap_server.guardian.policy import tool_name_matches
 
 MAX_TRUSTED_PRINTS = 2048
 MAX_UNTRUSTED_PRINTS = 2048
@@ -255,6 +255,8 @@ class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
     untrusted: list[int] = []
     calls: dict[str, bool] = {}  # tool-call id -> whether its tool's output is trusted
     instructions: int = 0
+    # Untrusted values were forgotten (`only_untrusted` then fails closed).
+    untrusted_saturated: bool = False
 
 
 class Provenance:
@@ -276,6 +278,7 @@ class Provenance:
             untrusted=self.untrusted.values(),
             calls=dict(self.calls),
             instructions=self.instructions,
+            untrusted_saturated=self.untrusted.saturated,
         )
 
     @classmethod
@@ -283,6 +286,7 @@ class Provenance:
         provenance = cls()
         provenance.trusted.add_all(stored.trusted)
         provenance.untrusted.add_all(stored.untrusted)
+        provenance.untrusted.saturated |= stored.untrusted_saturated
         for call_id, trusted in list(stored.calls.items())[-MAX_CALLS:]:
             provenance.calls[call_id] = trusted
         provenance.instructions = stored.instructions
@@ -354,8 +358,13 @@ class Provenance:
         return any(not all(word in self.trusted for word in target) for target in call.targets)
 
     def only_untrusted(self, call: Call) -> bool:
-        """Whether a value of the call appeared in untrusted content and never in trusted."""
-        return any(value in self.untrusted and value not in self.trusted for value in call.values)
+        """Whether a value of the call appeared in untrusted content and never in trusted.
+        Once untrusted values were forgotten (more came than are kept), any value not from
+        trusted input may be one of them: forgetting fails closed."""
+        untrusted, trusted = self.untrusted, self.trusted
+        if untrusted.saturated:
+            return any(value not in trusted for value in call.values)
+        return any(value in untrusted and value not in trusted for value in call.values)
 
 
 class ToolFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -391,7 +400,7 @@ def tool_facts(
                 trusted_output = metadata.get("trustedOutput") is True
                 break
     for declaration in declarations:
-        if name_matches(name, declaration.name):
+        if tool_name_matches(name, declaration.name):
             consequence = consequence or declaration.consequence
             targets = targets or tuple(declaration.targets)
             trusted_output = trusted_output or declaration.trusted_output
