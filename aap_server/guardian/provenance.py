@@ -52,7 +52,8 @@ MAX_VALUE_CHARS = 64
 
 _WORD = re.compile(r"[^\s\"'<>()\[\]{},;!?`|*]+")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s:?#@]+@)?([^/\s:?#]+)")
+# A URL's host: what follows the last `@` of its authority (user info may hold `:` and `@`).
+_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s?#]*@)?([^/\s:?#@]+)")
 _EDGE = ".:#@/-_=+"
 
 
@@ -435,12 +436,29 @@ def _is_value(text: str) -> bool:
     return MIN_VALUE_CHARS <= len(text) <= MAX_VALUE_CHARS and _SPACE.search(text) is None
 
 
+# Characters a reader does not see (and IDNA mapping drops from a domain) go; the delimiters
+# of addresses in a list (`Bob <bob@x.example>, ...`) become spaces.
+_ADDRESS_VIEW = {
+    **dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u200e\u200f\u2060\ufeff")),
+    **dict.fromkeys(map(ord, "<>(),;[]"), " "),
+}
+
+
+def _addresses(text: str) -> list[str]:
+    """The e-mail addresses a call sends to, each whole as the mail goes: the run of text
+    around its `@` (a quoted local part or a second `@` hides another domain behind a known
+    address: `"bob@known.example"@evil.example`), invisible characters out, normalised.
+    Runs are cut by a C-level `split`: linear however the text is made."""
+    runs = text.translate(_ADDRESS_VIEW).split()
+    return [_normal(run) for run in runs if "@" in run and _EMAIL.search(run)]
+
+
 def _target_words(text: str) -> list[list[int]]:
     """A target's fingerprints: an e-mail address whole, a URL by its host, else its words."""
-    emails = _EMAIL.findall(text)
+    emails = _addresses(text) if "@" in text else []
     hosts = [host for _, host in _URL_HOST.findall(text)]
     if emails or hosts:
-        return [[_print(_normal(e))] for e in emails] + [[_print(h.lower())] for h in hosts]
+        return [[_print(e)] for e in emails] + [[_print(h.lower())] for h in hosts]
     words = [_normal(w) for w in _WORD.findall(text)]
     return [[_print(w) for w in words if w]] if any(words) else []
 
@@ -465,7 +483,7 @@ def call_of(arguments: dict[str, Any], tool: ToolFacts) -> Call:
                 targets += _target_words(text)
             elif "@" in text or "://" in text:
                 # An address or a link anywhere (a body, a post) is a recipient or host too.
-                targets += [[_print(_normal(e))] for e in _EMAIL.findall(text)]
+                targets += [[_print(e)] for e in _addresses(text)]
                 targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
             if value:
                 values += words_of(text, values_only=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any
 
 import msgspec
@@ -19,7 +20,7 @@ from aap_server.guardian import asks_for_human
 from aap_server.guardian.detectors import scan_all
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
-from aap_server.guardian.provenance import MAX_UNTRUSTED_PRINTS
+from aap_server.guardian.provenance import MAX_UNTRUSTED_PRINTS, _target_words
 from aap_server.guardian.screen import WindowScreen
 from aap_server.protocol import ToolSpec
 from aap_server.runtime.principal import Principal
@@ -196,11 +197,6 @@ async def test_a_call_to_a_host_the_user_never_named_asks_first(url: str) -> Non
     assert await _call(guardian, make, "http_get", {"url": url}) in ("require_approval", "deny")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance._URL_HOST: userinfo may not hold ':' in its pattern, so in "
-    "'https://known:@evil/' the host read is 'known' (RFC 3986 allows ':' in userinfo)",
-)
 @pytest.mark.parametrize("tool", ["http_get", "post_message"])
 async def test_a_host_behind_userinfo_naming_a_known_host_asks_first(tool: str) -> None:
     guardian, make = await _after_untrusted_mail(USER_NAMES_A_HOST, "Lunch at noon?")
@@ -642,12 +638,6 @@ async def test_mail_to_the_users_recipient_passes_and_to_another_asks(
     assert await _call(guardian, make, "send_email", {"to": to, **REPORT}) == decision
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance._EMAIL finds the known address inside the recipient: a quoted local "
-    "part, a second '@' or an invisible character before more labels (removed by IDNA "
-    "mapping) send to another domain, and the target is taken as the user's",
-)
 @pytest.mark.parametrize(
     "to",
     [
@@ -750,3 +740,24 @@ async def test_forgotten_untrusted_values_still_ask_after_the_memory_is_read_bac
     restarted.import_session("sess_r7", [whole.record])
     arguments = {"recipient": USERS_IBAN, "amount": 9731, "subject": "rent"}
     assert await _call(restarted, make, "send_money", arguments) == "require_approval"
+
+
+# --- bounds of the address and host readers ----------------------------------------------
+
+
+def _cpu_of(run: Any) -> float:
+    start = time.thread_time()
+    run()
+    return time.thread_time() - start
+
+
+@pytest.mark.parametrize(
+    "unit",
+    ["a", "a@", "@a.b", "https://a", "https://a@", "x\u200b", "<a@b.c>,"],
+)
+def test_reading_targets_stays_linear(unit: str) -> None:
+    """10x the text costs about 10x the time, not 100x (the address runs are cut by a
+    `split`, a URL's user info ends at its first `/`)."""
+    small, large = unit * 20_000 + " x@y.example", unit * 200_000 + " x@y.example"
+    ratio = _cpu_of(lambda: _target_words(large)) / max(_cpu_of(lambda: _target_words(small)), 1e-4)
+    assert ratio < 30, f"10x the input cost {ratio:.0f}x the CPU time"
