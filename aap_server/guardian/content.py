@@ -75,9 +75,9 @@ def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
 
 
 def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
-    """Apply `visit` to every string under `node` (dictionary keys included), in document
-    order; returns the rewritten copy. Iterative: content nested thousands deep is walked like
-    any other (no recursion limit to hit)."""
+    """Apply `visit` to every string and number under `node` (dictionary keys included), in
+    document order; returns the rewritten copy. Iterative: content nested thousands deep is
+    walked like any other (no recursion limit to hit)."""
     result: list[Any] = [None]
     # (container to fill, slot in it, source item, whether `slot` is a dictionary key still
     # to be visited); popped in document order, each container before its children.
@@ -97,6 +97,12 @@ def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
             mapping: dict[Any, Any] = {}
             target[slot] = mapping
             stack.extend((mapping, k, v, True) for k, v in reversed(item.items()))
+        elif type(item) is int or type(item) is float:
+            # A number is read as its digits (a card sent as a JSON number is still a card);
+            # one the visit changes (redacts) becomes the changed text.
+            digits = repr(item)
+            changed = visit(digits)
+            target[slot] = item if changed == digits else changed
         else:
             target[slot] = item
     return result[0]

@@ -582,11 +582,6 @@ async def test_a_phone_from_the_mail_as_written_is_withheld_from_the_reply() -> 
     assert verdict.decision == "modify"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="content._walk_all visits strings only: a number in a tool call's arguments is "
-    "never scanned, so a card the mail held, sent as a JSON number, is not private data",
-)
 async def test_the_mails_card_as_a_json_number_does_not_leave() -> None:
     mail = "Payroll: Alice, card 4111111111111111"
     guardian, make = await _after_untrusted_mail(USER_NAMES_A_HOST, mail)
