@@ -37,6 +37,7 @@ import functools
 import itertools
 import re
 import string
+import unicodedata
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -83,7 +84,16 @@ MAX_SESSION_BYTES = (
 
 
 def value_print(value: str) -> int:
-    """A private value's fingerprint (case does not matter)."""
+    """A private value's fingerprint: of its letters and digits only, compatibility-folded
+    and lower-cased, so the same card, SSN, IBAN or phone number written with other
+    separators (none, dashes, dots, no-break spaces) or full-width digits is the same value."""
+    folded = unicodedata.normalize("NFKC", value).lower()
+    return fingerprint(_NOT_ALNUM.sub("", folded).encode())
+
+
+def verbatim_value_print(value: str) -> int:
+    """A private value's fingerprint as earlier versions stored it (the text lower-cased):
+    what they remembered is still recognised when written the same way."""
     return fingerprint(value.lower().encode())
 
 
@@ -384,7 +394,8 @@ class SessionFacts:
 
     def took_in_private(self, value: str) -> bool:
         """Whether a private value came in content the agent took in."""
-        return value_print(value) in self.private_values
+        known = self.private_values
+        return value_print(value) in known or verbatim_value_print(value) in known
 
     def carries_private(
         self, findings: Iterable[Finding], argument_prints: Callable[[], set[int]]

@@ -18,6 +18,7 @@ import pytest
 from aap_server import aos
 from aap_server.guardian import asks_for_human
 from aap_server.guardian.detectors import scan_all
+from aap_server.guardian.memory import SessionFacts, value_print, verbatim_value_print
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.provenance import MAX_UNTRUSTED_PRINTS, _target_words
@@ -235,12 +236,6 @@ async def test_private_data_from_the_mail_does_not_leave(body: str) -> None:
     assert await _post(body) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.value_print fingerprints a hit's text as written: the mail's card, SSN "
-    "or IBAN with other separators (none, dashes, dots, no-break spaces, full-width "
-    "digits) is not recognised as taken in",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -756,3 +751,16 @@ def test_reading_targets_stays_linear(unit: str) -> None:
     small, large = unit * 20_000 + " x@y.example", unit * 200_000 + " x@y.example"
     ratio = _cpu_of(lambda: _target_words(large)) / max(_cpu_of(lambda: _target_words(small)), 1e-4)
     assert ratio < 30, f"10x the input cost {ratio:.0f}x the CPU time"
+
+
+def test_a_private_value_remembered_by_an_earlier_version_is_still_recognised() -> None:
+    """Earlier versions stored a private value's fingerprint of its text as written: it is
+    still found when written the same way, and the new print covers other spellings."""
+    facts = SessionFacts()
+    facts.private_values.add(verbatim_value_print("4111 1111 1111 1111"))
+    assert facts.took_in_private("4111 1111 1111 1111")
+    assert not facts.took_in_private("4111-1111-1111-1111")  # (only the new print knows it)
+    renewed = SessionFacts()
+    renewed.private_values.add(value_print("4111 1111 1111 1111"))
+    assert renewed.took_in_private("4111-1111-1111-1111")
+    assert renewed.took_in_private("\uff14\uff11\uff11\uff11\u00a01111\u00a01111\u00a01111")
