@@ -190,10 +190,15 @@ def decoded_forms(text: str) -> list[bytes]:
     # offset of prose's words, most of whose letters are base64's and many hex's.
     if _LONG_B64_RUN in forms[0].translate(_B64_MARKS):
         for run in _B64_RUN.findall(text):
-            body = run.rstrip("=")
-            body += "=" * (-len(body) % 4)
-            with contextlib.suppress(binascii.Error, ValueError):
-                forms.append(base64.b64decode(body.replace("-", "+").replace("_", "/")).lower())
+            # `/` is base64's, and a URL path's: a payload that is one segment of a path
+            # (`https://x.example/inbox/<base64>`) is decoded from its own start too.
+            pieces = [run, *(p for p in run.split("/") if len(p) >= 16)] if "/" in run else [run]
+            for piece in pieces:
+                body = piece.rstrip("=")
+                body += "=" * (-len(body) % 4)
+                with contextlib.suppress(binascii.Error, ValueError):
+                    decoded = base64.b64decode(body.replace("-", "+").replace("_", "/"))
+                    forms.append(decoded.lower())
     if _LONG_HEX_RUN in forms[0].translate(_HEX_MARKS):
         for run in _HEX_RUN.findall(text):
             forms.append(bytes.fromhex(run).lower())
