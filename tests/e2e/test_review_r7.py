@@ -157,3 +157,25 @@ async def test_paying_the_account_an_untrusted_mail_gave_is_stopped_over_aos(
     verdicts = await _verdicts(tmp_path, steps)
     assert verdicts[:3] == ["allow", "allow", "allow"]
     assert verdicts[3] == decision
+
+
+async def test_a_tool_call_naming_an_argument_twice_is_invalid_params_over_aos(
+    tmp_path: Path,
+) -> None:
+    make = _pay_steps()
+    document = msgspec.to_builtins(
+        make.tool_call_request("c2", "pay_invoice", {"payee": ATTACKERS_IBAN})
+    )
+    document["params"]["toolCallRequest"]["inputs"].append({"name": "payee", "value": "x"})
+    app = create_app(Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS), [_agent(WholeKey())])
+    headers = {"Authorization": "Bearer key-alice"}
+    async with (
+        serve(app) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client,
+    ):
+        response = await client.post("/aos", json=document)
+    body = response.json()
+    assert "result" not in body
+    assert body["error"]["code"] == -32602
+    assert "'payee' twice" in body["error"]["message"]
+    assert "toolCallRequest" in body["error"]["message"]

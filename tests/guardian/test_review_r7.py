@@ -162,21 +162,19 @@ async def test_a_paying_call_carrying_the_mails_account_anywhere_asks_first(
     assert await _call(guardian, make, "pay_invoice", arguments) == "require_approval"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="content.view_of builds the arguments as {name: value}: of two inputs named "
-    "alike only the last is judged (the attacker's first one is never a target)",
-)
-async def test_an_argument_given_twice_is_judged_in_both_copies() -> None:
-    guardian, make = await _after_untrusted_mail(PAY_RENT, NEW_DETAILS)
-    request = make.tool_call_request("c2", "pay_invoice", {"payee": ATTACKERS_IBAN})
+def test_an_argument_given_twice_is_refused() -> None:
+    """Which of two arguments named alike a tool takes is its own guess, and a check that
+    read the other would judge the wrong one: such a call is not a valid step (`POST /aos`
+    answers it with invalid params, naming the argument)."""
+    request = _steps().tool_call_request("c2", "pay_invoice", {"payee": ATTACKERS_IBAN})
     call = request.params.tool_call_request
     twice = [*call.inputs, aos.ToolArgumentValue(name="payee", value=USERS_IBAN)]
-    params = msgspec.structs.replace(
-        request.params, tool_call_request=msgspec.structs.replace(call, inputs=twice)
-    )
-    verdict = await guardian.check(msgspec.structs.replace(request, params=params))
-    assert _decision(verdict) in ("require_approval", "deny")
+    with pytest.raises(ValueError, match="'payee' twice"):
+        msgspec.structs.replace(call, inputs=twice)
+    document = msgspec.to_builtins(request)
+    document["params"]["toolCallRequest"]["inputs"].append({"name": "payee", "value": "x"})
+    with pytest.raises(msgspec.ValidationError, match="'payee' twice"):
+        msgspec.convert(document, aos.AosRequest)
 
 
 USER_NAMES_A_HOST = "Summarise my mail and post the summary to https://notes.example/inbox"
