@@ -41,8 +41,16 @@ _NAMING_FIELDS = frozenset({"kind", "name"})
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,14}")
 
 # Steps whose content comes from outside the agent's control.
+# Content from outside the user and the agent's instructions. Recalled memory is among it: it
+# holds what a model stored, maybe while fooled by an injection it read in an earlier turn.
 UNTRUSTED_METHODS = frozenset(
-    {"steps/toolCallResult", "steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"}
+    {
+        "steps/toolCallResult",
+        "steps/knowledgeRetrieval",
+        "steps/memoryContextRetrieval",
+        "protocols/MCP",
+        "protocols/A2A",
+    }
 )
 
 
