@@ -1,5 +1,6 @@
 """AOS 0.1 §3 standard data objects (plus §4.6.1.1 ToolCallResult)."""
 
+from collections import Counter
 from typing import Any, Literal
 
 from aap_server.aos.base import AosStruct
@@ -313,6 +314,14 @@ class ToolCallRequest(AosStruct, frozen=True, kw_only=True):
     execution_id: str
     tool_id: str
     inputs: list[ToolArgumentValue]
+
+    def __post_init__(self) -> None:
+        # An argument is named by its definition (§3.21): given twice, which one the tool
+        # takes is the tool's guess, and a check that read the other would judge the wrong one.
+        names = [argument.name for argument in self.inputs]
+        if len(set(names)) < len(names):
+            twice = next(name for name, count in Counter(names).items() if count > 1)
+            raise ValueError(f"`inputs` names the argument {twice!r} twice")
 
 
 class ToolCallResult(AosStruct, frozen=True, kw_only=True):

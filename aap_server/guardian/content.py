@@ -41,8 +41,16 @@ _NAMING_FIELDS = frozenset({"kind", "name"})
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,14}")
 
 # Steps whose content comes from outside the agent's control.
+# Content from outside the user and the agent's instructions. Recalled memory is among it: it
+# holds what a model stored, maybe while fooled by an injection it read in an earlier turn.
 UNTRUSTED_METHODS = frozenset(
-    {"steps/toolCallResult", "steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"}
+    {
+        "steps/toolCallResult",
+        "steps/knowledgeRetrieval",
+        "steps/memoryContextRetrieval",
+        "protocols/MCP",
+        "protocols/A2A",
+    }
 )
 
 
@@ -75,9 +83,9 @@ def _walk(node: Any, path: tuple[str, ...], visit: Callable[[str], str]) -> Any:
 
 
 def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
-    """Apply `visit` to every string under `node` (dictionary keys included), in document
-    order; returns the rewritten copy. Iterative: content nested thousands deep is walked like
-    any other (no recursion limit to hit)."""
+    """Apply `visit` to every string and number under `node` (dictionary keys included), in
+    document order; returns the rewritten copy. Iterative: content nested thousands deep is
+    walked like any other (no recursion limit to hit)."""
     result: list[Any] = [None]
     # (container to fill, slot in it, source item, whether `slot` is a dictionary key still
     # to be visited); popped in document order, each container before its children.
@@ -97,6 +105,12 @@ def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
             mapping: dict[Any, Any] = {}
             target[slot] = mapping
             stack.extend((mapping, k, v, True) for k, v in reversed(item.items()))
+        elif type(item) is int or type(item) is float:
+            # A number is read as its digits (a card sent as a JSON number is still a card);
+            # one the visit changes (redacts) becomes the changed text.
+            digits = repr(item)
+            changed = visit(digits)
+            target[slot] = item if changed == digits else changed
         else:
             target[slot] = item
     return result[0]

@@ -37,6 +37,7 @@ import functools
 import itertools
 import re
 import string
+import unicodedata
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -83,7 +84,16 @@ MAX_SESSION_BYTES = (
 
 
 def value_print(value: str) -> int:
-    """A private value's fingerprint (case does not matter)."""
+    """A private value's fingerprint: of its letters and digits only, compatibility-folded
+    and lower-cased, so the same card, SSN, IBAN or phone number written with other
+    separators (none, dashes, dots, no-break spaces) or full-width digits is the same value."""
+    folded = unicodedata.normalize("NFKC", value).lower()
+    return fingerprint(_NOT_ALNUM.sub("", folded).encode())
+
+
+def verbatim_value_print(value: str) -> int:
+    """A private value's fingerprint as earlier versions stored it (the text lower-cased):
+    what they remembered is still recognised when written the same way."""
     return fingerprint(value.lower().encode())
 
 
@@ -180,10 +190,15 @@ def decoded_forms(text: str) -> list[bytes]:
     # offset of prose's words, most of whose letters are base64's and many hex's.
     if _LONG_B64_RUN in forms[0].translate(_B64_MARKS):
         for run in _B64_RUN.findall(text):
-            body = run.rstrip("=")
-            body += "=" * (-len(body) % 4)
-            with contextlib.suppress(binascii.Error, ValueError):
-                forms.append(base64.b64decode(body.replace("-", "+").replace("_", "/")).lower())
+            # `/` is base64's, and a URL path's: a payload that is one segment of a path
+            # (`https://x.example/inbox/<base64>`) is decoded from its own start too.
+            pieces = [run, *(p for p in run.split("/") if len(p) >= 16)] if "/" in run else [run]
+            for piece in pieces:
+                body = piece.rstrip("=")
+                body += "=" * (-len(body) % 4)
+                with contextlib.suppress(binascii.Error, ValueError):
+                    decoded = base64.b64decode(body.replace("-", "+").replace("_", "/"))
+                    forms.append(decoded.lower())
     if _LONG_HEX_RUN in forms[0].translate(_HEX_MARKS):
         for run in _HEX_RUN.findall(text):
             forms.append(bytes.fromhex(run).lower())
@@ -384,7 +399,8 @@ class SessionFacts:
 
     def took_in_private(self, value: str) -> bool:
         """Whether a private value came in content the agent took in."""
-        return value_print(value) in self.private_values
+        known = self.private_values
+        return value_print(value) in known or verbatim_value_print(value) in known
 
     def carries_private(
         self, findings: Iterable[Finding], argument_prints: Callable[[], set[int]]
@@ -543,6 +559,7 @@ class SessionFacts:
                 untrusted=provenance.untrusted.take_touched(),
                 calls=self._calls.take_touched(),
                 instructions=provenance.instructions,
+                untrusted_saturated=provenance.untrusted.saturated,
             ),
         )
 
@@ -672,6 +689,7 @@ class SessionFacts:
             provenance = stored.provenance
             self.provenance.trusted.add_all(provenance.trusted)
             self.provenance.untrusted.add_all(provenance.untrusted)
+            self.provenance.untrusted.saturated |= provenance.untrusted_saturated
             for call_id, trusted in provenance.calls.items():
                 self._calls[call_id] = trusted
                 self._calls.move_to_end(call_id)

@@ -60,6 +60,21 @@ def name_matches(name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern)
 
 
+# Tools an agent takes from elsewhere are named `<source>__<tool>`: an MCP server's tools, an A2A
+# peer (`a2a__<peer>`).
+NAMESPACE = "__"
+
+
+def tool_name_matches(name: str, pattern: str) -> bool:
+    """`name_matches` of a tool's whole name or of its own name after any namespace: what a
+    tool does is said by its own name (`bank__send_money` sends money, whichever MCP server
+    serves it), so egress and `[[tools]]` patterns match it too."""
+    if name_matches(name, pattern):
+        return True
+    parts = name.split(NAMESPACE)
+    return any(name_matches(NAMESPACE.join(parts[n:]), pattern) for n in range(1, len(parts)))
+
+
 class PolicyError(ValueError):
     """The policy cannot be used; the message names the rule and the field."""
 

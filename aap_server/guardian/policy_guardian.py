@@ -70,6 +70,7 @@ from aap_server.guardian.policy import (
     Rule,
     ToolDeclaration,
     name_matches,
+    tool_name_matches,
 )
 from aap_server.guardian.provenance import (
     AHEAD_INSTRUCTIONS_CHARS,
@@ -370,14 +371,18 @@ class _Families:
         found = self._candidates.get(key)
         if found is None:
             tool = view.tool
-            egress = tool is not None and _names_match(self._egress_tools, tool)
+            egress = tool is not None and any(
+                tool_name_matches(tool, pattern) for pattern in self._egress_tools
+            )
             rules = tuple(
                 r for r in self.rules(view.method) if _static_holds(r.match, view, egress)
             )
             # The first `[[tools]]` declaration naming the tool is the one that counts.
             declarations: tuple[ToolDeclaration, ...] = ()
             if tool is not None:
-                declarations = next(((d,) for d in self._tools if name_matches(tool, d.name)), ())
+                declarations = next(
+                    ((d,) for d in self._tools if tool_name_matches(tool, d.name)), ()
+                )
             found = _Candidates(rules, egress, declarations)
             if len(view.agent or "") + len(view.tool or "") <= CANDIDATE_NAME_CHARS:
                 if len(self._candidates) >= CANDIDATES_KEPT:

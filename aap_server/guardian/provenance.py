@@ -39,7 +39,7 @@ import msgspec
 
 from aap_server import aos
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
-from aap_server.guardian.policy import name_matches
+from aap_server.guardian.policy import tool_name_matches
 
 MAX_TRUSTED_PRINTS = 2048
 MAX_UNTRUSTED_PRINTS = 2048
@@ -52,7 +52,8 @@ MAX_VALUE_CHARS = 64
 
 _WORD = re.compile(r"[^\s\"'<>()\[\]{},;!?`|*]+")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s:?#@]+@)?([^/\s:?#]+)")
+# A URL's host: what follows the last `@` of its authority (user info may hold `:` and `@`).
+_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s?#]*@)?([^/\s:?#@]+)")
 _EDGE = ".:#@/-_=+"
 
 
@@ -255,6 +256,8 @@ class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
     untrusted: list[int] = []
     calls: dict[str, bool] = {}  # tool-call id -> whether its tool's output is trusted
     instructions: int = 0
+    # Untrusted values were forgotten (`only_untrusted` then fails closed).
+    untrusted_saturated: bool = False
 
 
 class Provenance:
@@ -276,6 +279,7 @@ class Provenance:
             untrusted=self.untrusted.values(),
             calls=dict(self.calls),
             instructions=self.instructions,
+            untrusted_saturated=self.untrusted.saturated,
         )
 
     @classmethod
@@ -283,6 +287,7 @@ class Provenance:
         provenance = cls()
         provenance.trusted.add_all(stored.trusted)
         provenance.untrusted.add_all(stored.untrusted)
+        provenance.untrusted.saturated |= stored.untrusted_saturated
         for call_id, trusted in list(stored.calls.items())[-MAX_CALLS:]:
             provenance.calls[call_id] = trusted
         provenance.instructions = stored.instructions
@@ -354,8 +359,13 @@ class Provenance:
         return any(not all(word in self.trusted for word in target) for target in call.targets)
 
     def only_untrusted(self, call: Call) -> bool:
-        """Whether a value of the call appeared in untrusted content and never in trusted."""
-        return any(value in self.untrusted and value not in self.trusted for value in call.values)
+        """Whether a value of the call appeared in untrusted content and never in trusted.
+        Once untrusted values were forgotten (more came than are kept), any value not from
+        trusted input may be one of them: forgetting fails closed."""
+        untrusted, trusted = self.untrusted, self.trusted
+        if untrusted.saturated:
+            return any(value not in trusted for value in call.values)
+        return any(value in untrusted and value not in trusted for value in call.values)
 
 
 class ToolFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -391,7 +401,7 @@ def tool_facts(
                 trusted_output = metadata.get("trustedOutput") is True
                 break
     for declaration in declarations:
-        if name_matches(name, declaration.name):
+        if tool_name_matches(name, declaration.name):
             consequence = consequence or declaration.consequence
             targets = targets or tuple(declaration.targets)
             trusted_output = trusted_output or declaration.trusted_output
@@ -426,12 +436,29 @@ def _is_value(text: str) -> bool:
     return MIN_VALUE_CHARS <= len(text) <= MAX_VALUE_CHARS and _SPACE.search(text) is None
 
 
+# Characters a reader does not see (and IDNA mapping drops from a domain) go; the delimiters
+# of addresses in a list (`Bob <bob@x.example>, ...`) become spaces.
+_ADDRESS_VIEW = {
+    **dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u200e\u200f\u2060\ufeff")),
+    **dict.fromkeys(map(ord, "<>(),;[]"), " "),
+}
+
+
+def _addresses(text: str) -> list[str]:
+    """The e-mail addresses a call sends to, each whole as the mail goes: the run of text
+    around its `@` (a quoted local part or a second `@` hides another domain behind a known
+    address: `"bob@known.example"@evil.example`), invisible characters out, normalised.
+    Runs are cut by a C-level `split`: linear however the text is made."""
+    runs = text.translate(_ADDRESS_VIEW).split()
+    return [_normal(run) for run in runs if "@" in run and _EMAIL.search(run)]
+
+
 def _target_words(text: str) -> list[list[int]]:
     """A target's fingerprints: an e-mail address whole, a URL by its host, else its words."""
-    emails = _EMAIL.findall(text)
+    emails = _addresses(text) if "@" in text else []
     hosts = [host for _, host in _URL_HOST.findall(text)]
     if emails or hosts:
-        return [[_print(_normal(e))] for e in emails] + [[_print(h.lower())] for h in hosts]
+        return [[_print(e)] for e in emails] + [[_print(h.lower())] for h in hosts]
     words = [_normal(w) for w in _WORD.findall(text)]
     return [[_print(w) for w in words if w]] if any(words) else []
 
@@ -456,7 +483,7 @@ def call_of(arguments: dict[str, Any], tool: ToolFacts) -> Call:
                 targets += _target_words(text)
             elif "@" in text or "://" in text:
                 # An address or a link anywhere (a body, a post) is a recipient or host too.
-                targets += [[_print(_normal(e))] for e in _EMAIL.findall(text)]
+                targets += [[_print(e)] for e in _addresses(text)]
                 targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
             if value:
                 values += words_of(text, values_only=True)

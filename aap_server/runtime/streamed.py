@@ -81,6 +81,7 @@ class Streamed:
         event: type[TextDeltaEvent] | type[ThinkingDeltaEvent],
         emit: Callable[[EngineEvent], None],
         after: Streamed | None = None,
+        sent: str = "",
     ) -> None:
         self.screen = screen
         self.event = event
@@ -93,6 +94,15 @@ class Streamed:
         self._closed = False
         self._close_screen = False  # closed with nothing fed: the screen is told on a feed
         self._waiting: list[str] = []  # let out by the screen, waiting for `after`
+        # `sent`: text of this kind the client already holds in the same block (a response
+        # whose calls were all hidden left its message open). The screen reads it first, so a
+        # secret split across the two responses is seen whole; what it lets out of it again
+        # is dropped (`_new`).
+        self._resent = 0
+        if sent:
+            self.released.append(sent)
+            self._resent = len(sent)
+            self._new(self.screen.feed(sent))
 
     @property
     def whole(self) -> str:
@@ -106,17 +116,17 @@ class Streamed:
         if delta:
             if self._close_screen:  # closed before its first delta: the screen learns it now
                 self._close_screen = False
-                self.screen.close()
+                self._send(self._new(self.screen.close()))
             self.pieces.append(delta)
             self._length += len(delta)
-            self._send(self.screen.feed(delta))
+            self._send(self._new(self.screen.feed(delta)))
 
     def close(self) -> None:
         """No more of this kind will come before the check: let out what the screen can."""
         if not self._closed:
             self._closed = True
             if self._length:
-                self._send(self.screen.close())
+                self._send(self._new(self.screen.close()))
             else:  # nothing to let out (the usual thinking that never came): no scan of ""
                 self._close_screen = True
 
@@ -124,7 +134,7 @@ class Streamed:
         """The message was allowed: let out what the screen still holds (after the thinking,
         which the caller finishes first)."""
         self.after = None
-        self._send(self.screen.flush())
+        self._send(self._new(self.screen.flush()))
 
     def finish_as(self, modified: str) -> None:
         """The message was modified: send the rest of the modified text, if what already left
@@ -135,6 +145,14 @@ class Streamed:
             self._send(modified[len(sent) :])
         else:
             logger.warning("modified agent text differs from text already streamed")
+
+    def _new(self, released: str) -> str:
+        """What the screen let out, without the part of `sent` the client already holds."""
+        if self._resent:
+            dropped = min(self._resent, len(released))
+            self._resent -= dropped
+            return released[dropped:]
+        return released
 
     def _send(self, text: str) -> None:
         after = self.after

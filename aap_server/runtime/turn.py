@@ -349,9 +349,21 @@ class TurnRun:
         # message has passed its `steps/message` check.
         thinking: Streamed | Held
         text: Streamed | Held
+        opened = self._open  # the client's open message, continued by this response's text
         if self._deltas_seen:
-            streamed = Streamed(self.guardian.text_screen(), ThinkingDeltaEvent, self.emit)
-            text = Streamed(self.guardian.text_screen(), TextDeltaEvent, self.emit, after=streamed)
+            streamed = Streamed(
+                self.guardian.text_screen(),
+                ThinkingDeltaEvent,
+                self.emit,
+                sent="".join(b.thinking for b in opened if isinstance(b, ThinkingContentBlock)),
+            )
+            text = Streamed(
+                self.guardian.text_screen(),
+                TextDeltaEvent,
+                self.emit,
+                after=streamed,
+                sent="".join(b.text for b in opened if isinstance(b, TextContentBlock)),
+            )
             thinking = streamed
         else:
             thinking, text = Held(), Held()
@@ -376,29 +388,33 @@ class TurnRun:
                 )
 
         blocks = message_blocks(thinking.whole, text.whole)
+        said = merge_blocks(opened + blocks)  # the client's fold of the open message
+        self._open = []
         if blocks:
+            # Checked as the client will see it: with the text left open before it.
             verdict = await self.checks.check(
-                self.steps.message("agent", blocks, cited=self.resources.take_citations())
+                self.steps.message("agent", said, cited=self.resources.take_citations())
             )
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":
-                modified = modified_content(verdict, blocks)
-                parts = (
+                modified = modified_content(verdict, said)
+                parts: list[ContentBlock] = (
                     modified if isinstance(modified, list) else [TextContentBlock(text=modified)]
                 )
                 new_thinking = "".join(
                     b.thinking for b in parts if isinstance(b, ThinkingContentBlock)
                 )
                 new_text = "".join(b.text for b in parts if isinstance(b, TextContentBlock))
-                blocks = message_blocks(new_thinking, new_text)
+                if opened:  # (the model's view of this response: the whole message, as changed)
+                    blocks = said = merge_blocks(parts)
+                else:
+                    blocks = said = message_blocks(new_thinking, new_text)
                 thinking.finish_as(new_thinking)
                 text.finish_as(new_text)
             else:
                 thinking.finish()
                 text.finish()
-        said = merge_blocks(self._open + blocks)  # the client's fold of the open message
-        self._open = []
 
         if not calls:
             if said:

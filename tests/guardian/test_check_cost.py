@@ -81,8 +81,16 @@ _requests = st.one_of(
     st.builds(_result, st.lists(_text_part, max_size=3)),
     st.builds(
         _call,
-        st.lists(st.tuples(_name, _value | _text, st.none() | _text), max_size=3)
-        | st.lists(st.tuples(st.sampled_from(["to", "body"]), _text, st.none() | _text)),
+        # (a call names each argument once: `ToolCallRequest` refuses one named twice)
+        st.lists(
+            st.tuples(_name, _value | _text, st.none() | _text),
+            max_size=3,
+            unique_by=lambda argument: argument[0],
+        )
+        | st.lists(
+            st.tuples(st.sampled_from(["to", "body"]), _text, st.none() | _text),
+            unique_by=lambda argument: argument[0],
+        ),
     ),
 )
 

@@ -84,10 +84,12 @@ def _decoded_forms_plainly(text: str) -> list[bytes]:
         if unquoted != text:
             forms.append(unquoted.lower().encode())
     for run in memory._B64_RUN.findall(text):
-        body = run.rstrip("=")
-        body += "=" * (-len(body) % 4)
-        with contextlib.suppress(binascii.Error, ValueError):
-            forms.append(base64.b64decode(body.replace("-", "+").replace("_", "/")).lower())
+        # (and each path segment of 16 or more, decoded from its own start)
+        for piece in [run, *(p for p in run.split("/") if len(p) >= 16)] if "/" in run else [run]:
+            body = piece.rstrip("=")
+            body += "=" * (-len(body) % 4)
+            with contextlib.suppress(binascii.Error, ValueError):
+                forms.append(base64.b64decode(body.replace("-", "+").replace("_", "/")).lower())
     for run in memory._HEX_RUN.findall(text):
         forms.append(bytes.fromhex(run).lower())
     return forms

@@ -58,3 +58,37 @@ def test_thinking_after_text_waits_for_the_check() -> None:
     text.finish()
     said = "".join(e.delta for e in emitted if isinstance(e, ThinkingDeltaEvent))
     assert said == WORDS
+
+
+# Review r7: a response whose calls were all hidden leaves its message open, and the next
+# response's text continues it in the client's fold. Its screen reads the text already sent
+# first, so a secret split across the two is held; none of the sent text is sent again.
+def primed(sent: str) -> tuple[Streamed, list[EngineEvent]]:
+    emitted: list[EngineEvent] = []
+    thinking = Streamed(WindowScreen(), ThinkingDeltaEvent, emitted.append)
+    text = Streamed(WindowScreen(), TextDeltaEvent, emitted.append, after=thinking, sent=sent)
+    return text, emitted
+
+
+def test_text_continuing_an_open_message_is_screened_with_it() -> None:
+    sent = WORDS + "The key is AKIA"
+    text, emitted = primed(sent)
+    for piece in ("Z7Q3K5M2", "N8P4R6T1", " is the rest. ", WORDS):
+        text.feed(piece)
+    text.close()
+    streamed = "".join(e.delta for e in emitted if isinstance(e, TextDeltaEvent))
+    assert "Z7Q3" not in streamed  # the key's second half waits for the whole-message check
+    assert "word0 " not in streamed  # the sent text is not sent again
+
+
+def test_an_allowed_continuation_streams_exactly_its_own_text() -> None:
+    for cut in (0, 1, 7, 64, 200):
+        text, emitted = primed(WORDS[:cut] + "half")
+        rest = "way through " + WORDS
+        for n in range(0, len(rest), 5):
+            text.feed(rest[n : n + 5])
+        text.close()
+        text.finish()
+        streamed = "".join(e.delta for e in emitted if isinstance(e, TextDeltaEvent))
+        assert streamed == rest
+        assert text.whole == rest
