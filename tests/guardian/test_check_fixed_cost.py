@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from aap_server.guardian import policy_guardian
 from aap_server.guardian.content import StepView
 from aap_server.guardian.memory import SessionFacts
-from aap_server.guardian.policy import Policy, default_policy, load_policy, validate
+from aap_server.guardian.policy import (
+    Policy,
+    default_policy,
+    load_policy,
+    tool_name_matches,
+    validate,
+)
 from aap_server.guardian.policy_guardian import (
     CANDIDATE_NAME_CHARS,
     CANDIDATES_KEPT,
@@ -30,7 +36,7 @@ from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
 
 _METHODS = ["steps/message", "steps/toolCallRequest", "steps/toolCallResult"]
-_NAMES = ["send_email", "get_weather", "demo", "other"]
+_NAMES = ["send_email", "get_weather", "demo", "other", "mail__send_email", "a__b__get_weather"]
 _PATTERNS = [*_NAMES, "send_*", "*", "get_?eather", "[dg]*"]
 
 
@@ -114,7 +120,10 @@ def test_the_candidate_rules_of_a_step_are_those_its_names_match(
     policy = _policy(rules, egress_tools, declared)
     families = _Families(policy)
     for view in views + views:
-        egress = _any(view.tool, egress_tools)
+        # (egress and declarations match a tool's own name after a source's `x__` too)
+        egress = view.tool is not None and any(
+            tool_name_matches(view.tool, p) for p in egress_tools
+        )
         expected = [
             rule
             for rule in policy.rules
@@ -127,7 +136,8 @@ def test_the_candidate_rules_of_a_step_are_those_its_names_match(
         found = families.candidates(view)
         assert list(found.rules) == expected
         assert found.egress == egress
-        first = [d for d in policy.tools if _any(view.tool, [d.name])][:1]
+        first = [d for d in policy.tools if view.tool and tool_name_matches(view.tool, d.name)]
+        first = first[:1]
         assert list(found.declarations) == first
 
 
@@ -137,13 +147,18 @@ async def test_a_steps_names_are_matched_against_the_policy_once(
     """The second call of a tool by the same agent tests no name pattern (egress tools,
     rules' agent and tool patterns): that was worked out for the first."""
     tested: list[tuple[object, object]] = []
-    plain = policy_guardian._names_match
+    plain, plain_tool = policy_guardian._names_match, policy_guardian.tool_name_matches
 
     def counting(patterns: Any, name: str | None) -> bool:
         tested.append((patterns, name))
         return plain(patterns, name)
 
+    def counting_tool(name: str, pattern: str) -> bool:
+        tested.append((pattern, name))
+        return plain_tool(name, pattern)
+
     monkeypatch.setattr(policy_guardian, "_names_match", counting)
+    monkeypatch.setattr(policy_guardian, "tool_name_matches", counting_tool)
     guardian = PolicyGuardian(default_policy())
     factory = steps()
     first = factory.tool_call_request("call_1", "send_email", {"subject": "Plan"})
