@@ -694,25 +694,37 @@ def _without_json_dates(shape: bytes) -> bytes:
 # IPv4 quads (`0.0.0.0`, 7 or more) are in these runs too (dates blanked or not: a quad is
 # never in one).
 #
-# A run that is a decimal with 16 or more digits (`41.099999999999994`, a float as JSON
-# writes it) holds none of them, and is dropped whole: a card or SSN shape in it is glued to
-# the number's other digits (before it, or by the `.` after it), a phone run from its start
-# has more than 15 digits and no space or `(` (any later one is glued to a digit before it),
-# and a quad has three points.
+# Two kinds of run hold none of them, and are dropped whole (one `fullmatch` each, so the
+# four searches below visit only runs that may hold something; in JSON most runs are amounts).
+# Each is a decimal (a `-` before it or not; spaces around it, as pretty-printed JSON and prose
+# write numbers, or not):
+#
+# - with 16 or more digits (`41.099999999999994`, a float as JSON writes it): a card or SSN
+#   shape in it is glued to the number's other digits (before it, or by the `.` after it), a
+#   phone run from its start has more than 15 digits (from a space: no later group follows a
+#   space or `(`; without: dropped unseen), any later one is glued to a digit or a point
+#   before it, and a quad has three points;
+# - with one digit after its point (`822013.7`) and no `+` in the three characters before its
+#   first digit: cards, SSNs and quads as above, and each phone run in it either is glued to
+#   the digit or point after it or ends with the last group, of one digit, which no region
+#   writes (`_phones` skips such a run unless a `+` is that close).
 NumberRuns = list[tuple[int, int]]
 _NUMBER_RUN_MAP = bytes(0x70 if chr(i) in "0 ().-/" else 0x20 for i in range(256))
 _LONG_NUMBER_RUN = re.compile(rb"ppppppp+")
-_LONG_DECIMAL = re.compile(rb"0+\.0+")
-_LONG_DECIMAL_FROM = 17  # characters: 16 digits and the point
+# Fullmatched on a run's span of the shape (the lookbehinds see the characters before it).
+_HOLDS_NO_NUMBER = re.compile(rb"(?s) *-?(?:(?=[0.]{17})0+\.0+|(?<!\+)(?<!\+.)(?<!\+..)0+\.0) *")
 
 
 def number_runs(shape: bytes) -> NumberRuns:
     """Spans of the runs of 7+ digits and `` ().-/`` in `shape` that may hold a card, an SSN,
     a phone number or an IPv4 address (see above)."""
+    spent = _HOLDS_NO_NUMBER.fullmatch
     return [
-        span
-        for span in map(re.Match.span, _LONG_NUMBER_RUN.finditer(shape.translate(_NUMBER_RUN_MAP)))
-        if span[1] - span[0] < _LONG_DECIMAL_FROM or not _LONG_DECIMAL.fullmatch(shape, *span)
+        (start, end)
+        for start, end in map(
+            re.Match.span, _LONG_NUMBER_RUN.finditer(shape.translate(_NUMBER_RUN_MAP))
+        )
+        if spent(shape, start, end) is None
     ]
 
 

@@ -282,3 +282,82 @@ def test_override_anchors_of_short_and_long_texts_lead_to_every_phrase(padding: 
         assert [(f.start, f.end) for f in injection._overrides(views)] == expected, text
         found += bool(expected)
     assert found > 200
+
+
+# Pieces of texts full of numbers, for the runs `pii.number_runs` drops whole (decimals with
+# one digit after the point, or 16+ digits; a sign, spaces around them) and the runs beside
+# them: numbers glued to letters, runs at the text's edges, digits of other scripts and
+# no-break spaces (the normalised view reads them as digits and spaces), JSON values, each
+# kind's hits split by `,` `.` `-` `/` `(` and after its cue, and `+` one to three
+# characters before a decimal (which makes it a phone run to check).
+_RUN_PIECES = st.sampled_from(
+    [
+        " ", "  ", ",", ".", "-", "/", "(", ")", "+", "+ ", "+1", ":", '"', "\n", "a", "x1",
+        "T", "Z", "e", "E", "\u00a0", "\u0663", "\u0967\u0968", "\uff11", "call ", "phone ",
+        "my number is ", "card ", "SSN ", "ip ", "v", "total", '{"total":', '"amount": ',
+        "4111111111111111", "4111 1111 1111 1111", "078-05-1120", "078051120", "078 05 1120",
+        "(415) 555-0132", "415.555.0132", "+44 20 7946 0958", "020 7946 0958", "13812345678",
+        "192.168.1.20", "10.0.0.1", "1.2.3.4", "2024-05-17", '"2024-05-17T10:30:00Z"',
+    ]
+)  # fmt: skip
+_DECIMAL_PIECES = st.one_of(
+    # A decimal with one digit after the point (int parts around the 7-character run).
+    st.builds("{}.{}".format, st.integers(0, 10**16), st.integers(0, 9)),
+    st.builds("{}.{:02d}".format, st.integers(0, 10**12), st.integers(0, 99)),
+    # Floats as JSON writes them (16-17 digits, exponents), ints, signs.
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(min_value=1e4, max_value=1e9).map(repr),
+    st.integers(-(10**20), 10**20).map(str),
+    st.builds("{}{}".format, st.sampled_from(["-", " -", "+", " "]), st.integers(10**4, 10**15)),
+)
+
+
+def _pii_spans(text: str) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
+    """(found, the reference's findings) on the text's normalised view, each phone number
+    decided afresh (no verdict cached by the other)."""
+    views = TextViews(text)
+    pii._PHONE_VERDICTS.clear()
+    found = _spans(views.to_original(pii._scan(views.normal)))
+    pii._PHONE_VERDICTS.clear()
+    expected = _spans(views.to_original(reference.scan_pii(views.normal)))
+    return found, expected
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.one_of(_RUN_PIECES, _DECIMAL_PIECES), max_size=14).map("".join))
+def test_runs_dropped_whole_hold_no_pii_among_any_numbers(text: str) -> None:
+    found, expected = _pii_spans(text)
+    assert found == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            _DECIMAL_PIECES.map(float).filter(lambda f: abs(f) < 1e300),
+            st.integers(-(10**19), 10**19),
+            _RUN_PIECES,
+            st.dates().map(str),
+        ),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_json_values_hold_the_pii_the_whole_text_holds(values: list[object], indent: bool) -> None:
+    """JSON rows of amounts, ids, dates and strings (compact, or pretty-printed as tools
+    write it: spaces before each value), every kind's hit inside a value."""
+    rows = [{"id": f"ord_{i:06d}", "value": value} for i, value in enumerate(values)]
+    text = msgspec.json.encode(rows).decode()
+    if indent:
+        text = msgspec.json.format(text, indent=2)
+    found, expected = _pii_spans(text)
+    assert found == expected
+
+
+def test_runs_dropped_whole_are_the_decimals_that_hold_nothing() -> None:
+    """What `number_runs` drops (one digit after the point, or 16+ digits), and what it
+    keeps because a `+` is close enough to make a phone run of it."""
+    assert pii.number_runs(b'"a":0000000.0,"a": -000000.0 ,00000000.00') == [(30, 41)]
+    for kept in (b"+0000000.0", b"+ 0000000.0", b"+\n 0000000.0", b"+a 0000000.0"):
+        assert pii.number_runs(kept) != [], kept
+    assert pii.number_runs(b"+aa 0000000.0") == []
