@@ -196,7 +196,9 @@ def test_pii_shortcuts_find_what_every_candidate_finds(
 # as decimals with the point anywhere and padded to every length around the one at which
 # `pii.number_runs` drops a decimal's run whole.
 _DECIMAL_DIGITS = ("4155550132", "02079460958", "015123456789", "4111111111111111", "078051120")
-_DECIMAL_CONTEXTS = ("call {}", "card {} ", "SSN {}.", '{{"total":{}}}', "ip {}/24", "+{}")
+_DECIMAL_CONTEXTS = (
+    "call {}", "card {} ", "SSN {}.", '{{"total":{}}}', "ip {}/24", "+{}", '"n": -{} ,', "a+ {}\n",
+)  # fmt: skip
 
 
 def _decimals() -> list[str]:
@@ -218,16 +220,28 @@ def test_number_runs_and_long_decimals_dropped_whole_hold_all_the_pii() -> None:
     for number in _decimals():
         for context in _DECIMAL_CONTEXTS:
             text = context.format(number)
-            expected = _spans(reference.scan_pii(TextViews(text)))
-            assert _spans(pii._scan(TextViews(text))) == expected, text
+            expected, *both_ways = _pii_spans(text)
+            assert both_ways == [expected, expected], text
             found += bool(expected)
     for quad in ("0.0.0.0", "1.2.3.4", "10.0.0.1", "192.168.1.20", "8.8.8.8/32"):
         for context in ("ip={};id=1234567", '"ip":"{}","n":1234567', "ip {}, 4155550132", "{}"):
             text = context.format(quad)
-            expected = _spans(reference.scan_pii(TextViews(text)))
-            assert _spans(pii._scan(TextViews(text))) == expected, text
+            expected, *both_ways = _pii_spans(text)
+            assert both_ways == [expected, expected], text
             found += bool(expected)
     assert found > 200
+    # Runs told apart by what they are: each place a kept run stands is listed, also right
+    # after the same run (one character between them) and at the text's edges.
+    for shape in (b"0000000,0000000 0000000", b"00000000a00000000", b"0000000.0,0000000"):
+        assert pii._runs_by_piece(shape) == _one_by_one(shape), shape
+
+
+def _one_by_one(shape: bytes) -> list[tuple[int, int]]:
+    default, pii._MANY_RUNS = pii._MANY_RUNS, 10**9
+    try:
+        return pii.number_runs(shape)
+    finally:
+        pii._MANY_RUNS = default
     assert pii.number_runs(b'"aa":00.000000000000000,"aa":00.0000000000000,') == [(29, 45)]
 
 
@@ -312,22 +326,30 @@ _DECIMAL_PIECES = st.one_of(
 )
 
 
-def _pii_spans(text: str) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
-    """(found, the reference's findings) on the text's normalised view, each phone number
-    decided afresh (no verdict cached by the other)."""
+def _pii_spans(text: str) -> tuple[list[tuple[str, int, int]], ...]:
+    """(the reference's findings, found with runs found one by one, found with runs told
+    apart by what they are) on the text's normalised view, each phone number decided
+    afresh (no verdict cached by another)."""
     views = TextViews(text)
-    pii._PHONE_VERDICTS.clear()
-    found = _spans(views.to_original(pii._scan(views.normal)))
-    pii._PHONE_VERDICTS.clear()
-    expected = _spans(views.to_original(reference.scan_pii(views.normal)))
-    return found, expected
+    out = []
+    for many_runs in (None, 10**9, -1):
+        pii._PHONE_VERDICTS.clear()
+        if many_runs is None:
+            out.append(_spans(views.to_original(reference.scan_pii(views.normal))))
+            continue
+        default, pii._MANY_RUNS = pii._MANY_RUNS, many_runs
+        try:
+            out.append(_spans(views.to_original(pii._scan(views.normal))))
+        finally:
+            pii._MANY_RUNS = default
+    return tuple(out)
 
 
 @settings(max_examples=600, deadline=None)
 @given(st.lists(st.one_of(_RUN_PIECES, _DECIMAL_PIECES), max_size=14).map("".join))
 def test_runs_dropped_whole_hold_no_pii_among_any_numbers(text: str) -> None:
-    found, expected = _pii_spans(text)
-    assert found == expected
+    expected, *found = _pii_spans(text)
+    assert found == [expected, expected]
 
 
 @settings(max_examples=300, deadline=None)
@@ -350,8 +372,22 @@ def test_json_values_hold_the_pii_the_whole_text_holds(values: list[object], ind
     text = msgspec.json.encode(rows).decode()
     if indent:
         text = msgspec.json.format(text, indent=2)
-    found, expected = _pii_spans(text)
-    assert found == expected
+    expected, *found = _pii_spans(text)
+    assert found == [expected, expected]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=120).map(lambda raw: raw.translate(_RUN_ALPHABET)))
+def test_runs_told_apart_by_what_they_are_are_the_runs_found_one_by_one(shape: bytes) -> None:
+    """Both ways of listing the runs give the same spans, in text order (a text without
+    `+`; with one, runs are always found one by one)."""
+    assert pii._runs_by_piece(shape) == _one_by_one(shape)
+
+
+# Shapes of texts as `TextViews.shape` writes them, without `+`: digits, run separators,
+# letters, quotes, and a space as common as a digit.
+_RUN_CHARACTERS = b'0 .-/()0 a"x_:0 .'
+_RUN_ALPHABET = bytes(_RUN_CHARACTERS[i % len(_RUN_CHARACTERS)] for i in range(256))
 
 
 def test_runs_dropped_whole_are_the_decimals_that_hold_nothing() -> None:
