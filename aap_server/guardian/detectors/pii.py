@@ -792,7 +792,14 @@ def _scan(v: TextViews) -> list[Finding]:
     # address 4, an IBAN 2): text with fewer (prose: a date, an amount) is not searched for it.
     digits = v.shape.count(b"0")
     searched = _without_json_dates(v.shape) if digits >= 7 else v.shape
-    runs = number_runs(searched) if digits >= 4 else []
+    if digits >= 7:
+        runs = number_runs(searched)
+    elif digits >= 4:
+        # Few digits: a quad is between the first and the last (two `memchr`s), searched as
+        # one run (where a prose text's one reference number holds none: too short).
+        runs = [(v.shape.find(b"0"), v.shape.rfind(b"0") + 1)]
+    else:
+        runs = []
     out = _cards(v, searched, runs) if digits >= 12 else []
     if digits >= 2:
         out += _ibans(v)
@@ -805,7 +812,8 @@ def _scan(v: TextViews) -> list[Finding]:
     # any can be there.
     if runs and (len(runs) <= _FEW_RUNS or any(octet in v.shape for octet in _INNER_OCTETS)):
         _ipv4(v, out, runs)
-    if ":" in text:
+    colon = text.find(":")
+    if colon != -1 and text.find(":", colon + 1) != -1:  # (every IPv6 seed has two)
         _ipv6(v, out)
     if "@" in text:
         out += _emails(v)

@@ -397,3 +397,20 @@ def test_runs_dropped_whole_are_the_decimals_that_hold_nothing() -> None:
     for kept in (b"+0000000.0", b"+ 0000000.0", b"+\n 0000000.0", b"+a 0000000.0"):
         assert pii.number_runs(kept) != [], kept
     assert pii.number_runs(b"+aa 0000000.0") == []
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["1", "10", "255", "0", ".", " ", "\n", "ip ", "v", "a", ":", "::", "fe80", "::1",
+             "1.2.3.4", "0.0.0.0", "10.0.0.1", "2001:db8::1", "%eth0", "/24", "ref 000042: "]
+        ),
+        max_size=10,
+    ).map("".join)
+)  # fmt: skip
+def test_few_digits_and_colons_hold_the_addresses_the_whole_text_holds(text: str) -> None:
+    """Texts with four to six digits (a quad looked for between the first and the last) and
+    with fewer than two colons (no IPv6 seed): the same findings as searching everything."""
+    expected, *found = _pii_spans(text)
+    assert found == [expected, expected]
