@@ -585,6 +585,7 @@ _HEX_RUN_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
 # An inner octet between its dots: every dotted quad has one (amounts such as `41.099` do
 # not). One `in` each, where the quads' search stops at every digit.
 _INNER_OCTETS = (b".0.", b".00.", b".000.")
+# Up to this many runs, each is searched for a quad without those three passes first.
 _FEW_RUNS = 8
 
 
