@@ -724,6 +724,7 @@ _PIECE_HOLDS_NO_NUMBER = re.compile(rb"_*-?(?:(?=[0.]{17})0+\.0+|0+\.0)_*")
 # Past this many runs (seven run characters counted), the runs are told apart by what they
 # are (JSON rows repeat a handful of shapes: `0000000.0`) rather than one by one.
 _MANY_RUNS = 24
+_FEW_KINDS = 8
 
 
 def number_runs(shape: bytes) -> NumberRuns:
@@ -731,7 +732,9 @@ def number_runs(shape: bytes) -> NumberRuns:
     a phone number or an IPv4 address (see above), in text order."""
     mapped = shape.translate(_NUMBER_RUN_MAP)
     if b"+" not in shape and mapped.count(_SEVEN_RUN_CHARS) > _MANY_RUNS:
-        return _runs_by_piece(shape)
+        found = _runs_by_piece(shape)
+        if found is not None:
+            return found
     # `find` (C speed, skipping ahead) for each run's start and end: a regex search for the
     # seven characters stops at each space of prose, and a match object costs more than both.
     spent = _HOLDS_NO_NUMBER.fullmatch
@@ -747,15 +750,18 @@ def number_runs(shape: bytes) -> NumberRuns:
     return runs
 
 
-def _runs_by_piece(shape: bytes) -> NumberRuns:
+def _runs_by_piece(shape: bytes) -> NumberRuns | None:
     """`number_runs` for a text without `+` (where a run alone says whether it may hold a
     number): the distinct runs (one `translate`, `split` and `set`, C speed) are tested once
-    each, and only those that may hold one are looked for (`find`, C speed)."""
+    each, and only those that may hold one are looked for (`find`, C speed). None when more
+    than `_FEW_KINDS` distinct runs may (each would take a pass over the text)."""
     pieces = shape.translate(_RUN_PIECES_MAP)
     spent = _PIECE_HOLDS_NO_NUMBER.fullmatch
     kept = [run for run in set(pieces.split()) if len(run) >= 7 and spent(run) is None]
     if not kept:
         return []
+    if len(kept) > _FEW_KINDS:
+        return None
     padded = b" " + pieces + b" "  # each run between spaces: `find` gives whole runs only
     runs: NumberRuns = []
     for run in kept:

@@ -51,6 +51,19 @@ def _cpu(text: str) -> float:
     return best
 
 
+def test_runs_of_many_kinds_are_listed_in_linear_time() -> None:
+    """Runs told apart by what they are are each looked for with a pass over the text: a
+    text of many kinds of run (every one different: digits and dashes in another order) is
+    listed one by one."""
+
+    def distinct_runs(size: int) -> str:
+        runs = (format(i, "016b").replace("1", "-").replace("0", "1") for i in range(2**15))
+        return ",".join(runs)[:size]
+
+    ratio = _cpu(distinct_runs(200_000)) / max(_cpu(distinct_runs(20_000)), 1e-4)
+    assert ratio < 30, f"10x the input cost {ratio:.0f}x the CPU time"
+
+
 @pytest.mark.parametrize("name", sorted(UNITS))
 def test_fast_paths_are_linear_on_pathological_input(name: str) -> None:
     unit = UNITS[name]
