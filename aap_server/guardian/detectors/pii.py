@@ -585,6 +585,8 @@ _HEX_RUN_RIGHT = re.compile(r"[0-9A-Fa-f:.]*")
 # An inner octet between its dots: every dotted quad has one (amounts such as `41.099` do
 # not). One `in` each, where the quads' search stops at every digit.
 _INNER_OCTETS = (b".0.", b".00.", b".000.")
+# Up to this many runs, each is searched for a quad without those three passes first.
+_FEW_RUNS = 8
 
 
 def _ipv4(v: TextViews, out: list[Finding], runs: NumberRuns | None = None) -> None:
@@ -694,26 +696,82 @@ def _without_json_dates(shape: bytes) -> bytes:
 # IPv4 quads (`0.0.0.0`, 7 or more) are in these runs too (dates blanked or not: a quad is
 # never in one).
 #
-# A run that is a decimal with 16 or more digits (`41.099999999999994`, a float as JSON
-# writes it) holds none of them, and is dropped whole: a card or SSN shape in it is glued to
-# the number's other digits (before it, or by the `.` after it), a phone run from its start
-# has more than 15 digits and no space or `(` (any later one is glued to a digit before it),
-# and a quad has three points.
+# Two kinds of run hold none of them, and are dropped whole (one `fullmatch` each, so the
+# four searches below visit only runs that may hold something; in JSON most runs are amounts).
+# Each is a decimal (a `-` before it or not; spaces around it, as pretty-printed JSON and prose
+# write numbers, or not):
+#
+# - with 16 or more digits (`41.099999999999994`, a float as JSON writes it): a card or SSN
+#   shape in it is glued to the number's other digits (before it, or by the `.` after it), a
+#   phone run from its start has more than 15 digits (from a space: no later group follows a
+#   space or `(`; without: dropped unseen), any later one is glued to a digit or a point
+#   before it, and a quad has three points;
+# - with one digit after its point (`822013.7`) and no `+` in the three characters before its
+#   first digit: cards, SSNs and quads as above, and each phone run in it either is glued to
+#   the digit or point after it or ends with the last group, of one digit, which no region
+#   writes (`_phones` skips such a run unless a `+` is that close).
 NumberRuns = list[tuple[int, int]]
 _NUMBER_RUN_MAP = bytes(0x70 if chr(i) in "0 ().-/" else 0x20 for i in range(256))
-_LONG_NUMBER_RUN = re.compile(rb"ppppppp+")
-_LONG_DECIMAL = re.compile(rb"0+\.0+")
-_LONG_DECIMAL_FROM = 17  # characters: 16 digits and the point
+_SEVEN_RUN_CHARS = b"ppppppp"
+# Fullmatched on a run's span of the shape (the lookbehinds see the characters before it).
+_HOLDS_NO_NUMBER = re.compile(rb"(?s) *-?(?:(?=[0.]{17})0+\.0+|(?<!\+)(?<!\+.)(?<!\+..)0+\.0) *")
+# The runs as `bytes.split` gives them: their characters kept (a space as `_`), the others
+# as spaces; and the same test on a run alone (for a text without `+`).
+_RUN_PIECES_MAP = bytes(
+    0x5F if i == 0x20 else i if chr(i) in "0().-/" else 0x20 for i in range(256)
+)
+_PIECE_HOLDS_NO_NUMBER = re.compile(rb"_*-?(?:(?=[0.]{17})0+\.0+|0+\.0)_*")
+# Past this many runs (seven run characters counted), the runs are told apart by what they
+# are (JSON rows repeat a handful of shapes: `0000000.0`) rather than one by one.
+_MANY_RUNS = 24
+_FEW_KINDS = 8
 
 
 def number_runs(shape: bytes) -> NumberRuns:
     """Spans of the runs of 7+ digits and `` ().-/`` in `shape` that may hold a card, an SSN,
-    a phone number or an IPv4 address (see above)."""
-    return [
-        span
-        for span in map(re.Match.span, _LONG_NUMBER_RUN.finditer(shape.translate(_NUMBER_RUN_MAP)))
-        if span[1] - span[0] < _LONG_DECIMAL_FROM or not _LONG_DECIMAL.fullmatch(shape, *span)
-    ]
+    a phone number or an IPv4 address (see above), in text order."""
+    mapped = shape.translate(_NUMBER_RUN_MAP)
+    if b"+" not in shape and mapped.count(_SEVEN_RUN_CHARS) > _MANY_RUNS:
+        found = _runs_by_piece(shape)
+        if found is not None:
+            return found
+    # `find` (C speed, skipping ahead) for each run's start and end: a regex search for the
+    # seven characters stops at each space of prose, and a match object costs more than both.
+    spent = _HOLDS_NO_NUMBER.fullmatch
+    runs: NumberRuns = []
+    start = mapped.find(_SEVEN_RUN_CHARS)
+    while start != -1:
+        end = mapped.find(b" ", start + 7)
+        if end == -1:
+            end = len(mapped)
+        if spent(shape, start, end) is None:
+            runs.append((start, end))
+        start = mapped.find(_SEVEN_RUN_CHARS, end)
+    return runs
+
+
+def _runs_by_piece(shape: bytes) -> NumberRuns | None:
+    """`number_runs` for a text without `+` (where a run alone says whether it may hold a
+    number): the distinct runs (one `translate`, `split` and `set`, C speed) are tested once
+    each, and only those that may hold one are looked for (`find`, C speed). None when more
+    than `_FEW_KINDS` distinct runs may (each would take a pass over the text)."""
+    pieces = shape.translate(_RUN_PIECES_MAP)
+    spent = _PIECE_HOLDS_NO_NUMBER.fullmatch
+    kept = [run for run in set(pieces.split()) if len(run) >= 7 and spent(run) is None]
+    if not kept:
+        return []
+    if len(kept) > _FEW_KINDS:
+        return None
+    padded = b" " + pieces + b" "  # each run between spaces: `find` gives whole runs only
+    runs: NumberRuns = []
+    for run in kept:
+        wanted = b" " + run + b" "
+        at = padded.find(wanted)
+        while at != -1:
+            runs.append((at, at + len(run)))  # (`at` in `padded` is the run's start in `shape`)
+            at = padded.find(wanted, at + len(run) + 1)
+    runs.sort()
+    return runs
 
 
 def _shapes_in(
@@ -741,7 +799,14 @@ def _scan(v: TextViews) -> list[Finding]:
     # address 4, an IBAN 2): text with fewer (prose: a date, an amount) is not searched for it.
     digits = v.shape.count(b"0")
     searched = _without_json_dates(v.shape) if digits >= 7 else v.shape
-    runs = number_runs(searched) if digits >= 7 else []
+    if digits >= 7:
+        runs = number_runs(searched)
+    elif digits >= 4:
+        # Few digits: a quad is between the first and the last (two `memchr`s), searched as
+        # one run (where a prose text's one reference number holds none: too short).
+        runs = [(v.shape.find(b"0"), v.shape.rfind(b"0") + 1)]
+    else:
+        runs = []
     out = _cards(v, searched, runs) if digits >= 12 else []
     if digits >= 2:
         out += _ibans(v)
@@ -749,12 +814,13 @@ def _scan(v: TextViews) -> list[Finding]:
         out += _ssns(v, searched, runs)
     if digits >= 7:  # (a phone number has 7 or more)
         out += _phones(v, searched, runs)
-    if digits >= 7:
-        if runs and any(octet in v.shape for octet in _INNER_OCTETS):
-            _ipv4(v, out, runs)
-    elif digits >= 4 and any(octet in v.shape for octet in _INNER_OCTETS):
-        _ipv4(v, out)
-    if ":" in text:
+    # A quad is in a run (dates blanked or not: never in one). A few runs are searched for
+    # it at once; with more, the inner octets' `in` (three C-speed passes) say first whether
+    # any can be there.
+    if runs and (len(runs) <= _FEW_RUNS or any(octet in v.shape for octet in _INNER_OCTETS)):
+        _ipv4(v, out, runs)
+    colon = text.find(":")
+    if colon != -1 and text.find(":", colon + 1) != -1:  # (every IPv6 seed has two)
         _ipv6(v, out)
     if "@" in text:
         out += _emails(v)

@@ -30,6 +30,10 @@ UNITS = {
     "phone openings": "+1 ",
     "long decimals": '"total":41.099999999999994,',
     "decimals searched": '"total":415.5550132,',
+    "decimals dropped whole": '"total":1233000.5,"n": -41.099999999999994 ,',
+    "decimals after a plus": "+1233000.5,",
+    "one run of digits and spaces": "1 ",
+    "one run of spaces": " ",
     "one run of digits and separators": "1 23 (456) 7-8/9.0 ",
     "iso dates": '"at":"2024-05-01T10:30:00Z",',
     "assignments": "a=",
@@ -45,6 +49,19 @@ def _cpu(text: str) -> float:
         scan_all(text)
         best = min(best, time.process_time() - started)
     return best
+
+
+def test_runs_of_many_kinds_are_listed_in_linear_time() -> None:
+    """Runs told apart by what they are are each looked for with a pass over the text: a
+    text of many kinds of run (every one different: digits and dashes in another order) is
+    listed one by one."""
+
+    def distinct_runs(size: int) -> str:
+        runs = (format(i, "016b").replace("1", "-").replace("0", "1") for i in range(2**15))
+        return ",".join(runs)[:size]
+
+    ratio = _cpu(distinct_runs(200_000)) / max(_cpu(distinct_runs(20_000)), 1e-4)
+    assert ratio < 30, f"10x the input cost {ratio:.0f}x the CPU time"
 
 
 @pytest.mark.parametrize("name", sorted(UNITS))

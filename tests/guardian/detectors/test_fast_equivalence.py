@@ -196,7 +196,9 @@ def test_pii_shortcuts_find_what_every_candidate_finds(
 # as decimals with the point anywhere and padded to every length around the one at which
 # `pii.number_runs` drops a decimal's run whole.
 _DECIMAL_DIGITS = ("4155550132", "02079460958", "015123456789", "4111111111111111", "078051120")
-_DECIMAL_CONTEXTS = ("call {}", "card {} ", "SSN {}.", '{{"total":{}}}', "ip {}/24", "+{}")
+_DECIMAL_CONTEXTS = (
+    "call {}", "card {} ", "SSN {}.", '{{"total":{}}}', "ip {}/24", "+{}", '"n": -{} ,', "a+ {}\n",
+)  # fmt: skip
 
 
 def _decimals() -> list[str]:
@@ -218,16 +220,32 @@ def test_number_runs_and_long_decimals_dropped_whole_hold_all_the_pii() -> None:
     for number in _decimals():
         for context in _DECIMAL_CONTEXTS:
             text = context.format(number)
-            expected = _spans(reference.scan_pii(TextViews(text)))
-            assert _spans(pii._scan(TextViews(text))) == expected, text
+            expected, *both_ways = _pii_spans(text)
+            assert both_ways == [expected, expected], text
             found += bool(expected)
     for quad in ("0.0.0.0", "1.2.3.4", "10.0.0.1", "192.168.1.20", "8.8.8.8/32"):
         for context in ("ip={};id=1234567", '"ip":"{}","n":1234567', "ip {}, 4155550132", "{}"):
             text = context.format(quad)
-            expected = _spans(reference.scan_pii(TextViews(text)))
-            assert _spans(pii._scan(TextViews(text))) == expected, text
+            expected, *both_ways = _pii_spans(text)
+            assert both_ways == [expected, expected], text
             found += bool(expected)
     assert found > 200
+    # Runs told apart by what they are: each place a kept run stands is listed, also right
+    # after the same run (one character between them) and at the text's edges.
+    for shape in (b"0000000,0000000 0000000", b"00000000a00000000", b"0000000.0,0000000"):
+        assert pii._runs_by_piece(shape) == _one_by_one(shape), shape
+    # More kinds of run that may hold a number than are looked for one kind at a time.
+    kinds = b",".join(b"0" * length for length in range(7, 8 + pii._FEW_KINDS))
+    assert pii._runs_by_piece(kinds) is None
+    assert pii._runs_by_piece(kinds[: kinds.rindex(b",")]) == _one_by_one(kinds)[:-1]
+
+
+def _one_by_one(shape: bytes) -> list[tuple[int, int]]:
+    default, pii._MANY_RUNS = pii._MANY_RUNS, 10**9
+    try:
+        return pii.number_runs(shape)
+    finally:
+        pii._MANY_RUNS = default
     assert pii.number_runs(b'"aa":00.000000000000000,"aa":00.0000000000000,') == [(29, 45)]
 
 
@@ -282,3 +300,122 @@ def test_override_anchors_of_short_and_long_texts_lead_to_every_phrase(padding: 
         assert [(f.start, f.end) for f in injection._overrides(views)] == expected, text
         found += bool(expected)
     assert found > 200
+
+
+# Pieces of texts full of numbers, for the runs `pii.number_runs` drops whole (decimals with
+# one digit after the point, or 16+ digits; a sign, spaces around them) and the runs beside
+# them: numbers glued to letters, runs at the text's edges, digits of other scripts and
+# no-break spaces (the normalised view reads them as digits and spaces), JSON values, each
+# kind's hits split by `,` `.` `-` `/` `(` and after its cue, and `+` one to three
+# characters before a decimal (which makes it a phone run to check).
+_RUN_PIECES = st.sampled_from(
+    [
+        " ", "  ", ",", ".", "-", "/", "(", ")", "+", "+ ", "+1", ":", '"', "\n", "a", "x1",
+        "T", "Z", "e", "E", "\u00a0", "\u0663", "\u0967\u0968", "\uff11", "call ", "phone ",
+        "my number is ", "card ", "SSN ", "ip ", "v", "total", '{"total":', '"amount": ',
+        "4111111111111111", "4111 1111 1111 1111", "078-05-1120", "078051120", "078 05 1120",
+        "(415) 555-0132", "415.555.0132", "+44 20 7946 0958", "020 7946 0958", "13812345678",
+        "192.168.1.20", "10.0.0.1", "1.2.3.4", "2024-05-17", '"2024-05-17T10:30:00Z"',
+    ]
+)  # fmt: skip
+_DECIMAL_PIECES = st.one_of(
+    # A decimal with one digit after the point (int parts around the 7-character run).
+    st.builds("{}.{}".format, st.integers(0, 10**16), st.integers(0, 9)),
+    st.builds("{}.{:02d}".format, st.integers(0, 10**12), st.integers(0, 99)),
+    # Floats as JSON writes them (16-17 digits, exponents), ints, signs.
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(min_value=1e4, max_value=1e9).map(repr),
+    st.integers(-(10**20), 10**20).map(str),
+    st.builds("{}{}".format, st.sampled_from(["-", " -", "+", " "]), st.integers(10**4, 10**15)),
+)
+
+
+def _pii_spans(text: str) -> tuple[list[tuple[str, int, int]], ...]:
+    """(the reference's findings, found with runs found one by one, found with runs told
+    apart by what they are) on the text's normalised view, each phone number decided
+    afresh (no verdict cached by another)."""
+    views = TextViews(text)
+    out = []
+    for many_runs in (None, 10**9, -1):
+        pii._PHONE_VERDICTS.clear()
+        if many_runs is None:
+            out.append(_spans(views.to_original(reference.scan_pii(views.normal))))
+            continue
+        default, pii._MANY_RUNS = pii._MANY_RUNS, many_runs
+        try:
+            out.append(_spans(views.to_original(pii._scan(views.normal))))
+        finally:
+            pii._MANY_RUNS = default
+    return tuple(out)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.one_of(_RUN_PIECES, _DECIMAL_PIECES), max_size=14).map("".join))
+def test_runs_dropped_whole_hold_no_pii_among_any_numbers(text: str) -> None:
+    expected, *found = _pii_spans(text)
+    assert found == [expected, expected]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            _DECIMAL_PIECES.map(float).filter(lambda f: abs(f) < 1e300),
+            st.integers(-(10**19), 10**19),
+            _RUN_PIECES,
+            st.dates().map(str),
+        ),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_json_values_hold_the_pii_the_whole_text_holds(values: list[object], indent: bool) -> None:
+    """JSON rows of amounts, ids, dates and strings (compact, or pretty-printed as tools
+    write it: spaces before each value), every kind's hit inside a value."""
+    rows = [{"id": f"ord_{i:06d}", "value": value} for i, value in enumerate(values)]
+    text = msgspec.json.encode(rows).decode()
+    if indent:
+        text = msgspec.json.format(text, indent=2)
+    expected, *found = _pii_spans(text)
+    assert found == [expected, expected]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=120).map(lambda raw: raw.translate(_RUN_ALPHABET)))
+def test_runs_told_apart_by_what_they_are_are_the_runs_found_one_by_one(shape: bytes) -> None:
+    """Both ways of listing the runs give the same spans, in text order (a text without
+    `+`; with one, runs are always found one by one)."""
+    by_piece = pii._runs_by_piece(shape)
+    assert by_piece is None or by_piece == _one_by_one(shape)
+
+
+# Shapes of texts as `TextViews.shape` writes them, without `+`: digits, run separators,
+# letters, quotes, and a space as common as a digit.
+_RUN_CHARACTERS = b'0 .-/()0 a"x_:0 .'
+_RUN_ALPHABET = bytes(_RUN_CHARACTERS[i % len(_RUN_CHARACTERS)] for i in range(256))
+
+
+def test_runs_dropped_whole_are_the_decimals_that_hold_nothing() -> None:
+    """What `number_runs` drops (one digit after the point, or 16+ digits), and what it
+    keeps because a `+` is close enough to make a phone run of it."""
+    assert pii.number_runs(b'"a":0000000.0,"a": -000000.0 ,00000000.00') == [(30, 41)]
+    for kept in (b"+0000000.0", b"+ 0000000.0", b"+\n 0000000.0", b"+a 0000000.0"):
+        assert pii.number_runs(kept) != [], kept
+    assert pii.number_runs(b"+aa 0000000.0") == []
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["1", "10", "255", "0", ".", " ", "\n", "ip ", "v", "a", ":", "::", "fe80", "::1",
+             "1.2.3.4", "0.0.0.0", "10.0.0.1", "2001:db8::1", "%eth0", "/24", "ref 000042: "]
+        ),
+        max_size=10,
+    ).map("".join)
+)  # fmt: skip
+def test_few_digits_and_colons_hold_the_addresses_the_whole_text_holds(text: str) -> None:
+    """Texts with four to six digits (a quad looked for between the first and the last) and
+    with fewer than two colons (no IPv6 seed): the same findings as searching everything."""
+    expected, *found = _pii_spans(text)
+    assert found == [expected, expected]
