@@ -83,28 +83,26 @@ class Prints:
         """Remember the values, as `add` one after the other would (whether any was new),
         in a few C-level passes: a step adds hundreds of fingerprints at once."""
         listed = values if isinstance(values, list) else list(values)
-        epoch = self._epoch
-        added = dict.fromkeys(listed, epoch)
-        if not added:
+        if not listed:
             return False
-        if len(added) < len(listed):  # repeats: each goes where it occurs last
+        prints, epoch = self._prints, self._epoch
+        known = prints.keys() & listed
+        if known:  # taken out, to go in again at the end; counted once if added since a take
+            self._touched -= list(map(prints.pop, known)).count(epoch)
+        size = len(prints)
+        prints.update(zip(listed, itertools.repeat(epoch)))
+        added = len(prints) - size  # (each distinct value, new or known)
+        if added < len(listed):  # repeats, which go where they occur last: put in again so
             ordered = list(dict.fromkeys(reversed(listed)))
             ordered.reverse()
-            added = dict.fromkeys(ordered, epoch)
-        prints = self._prints
-        known = 0
-        if not prints.keys().isdisjoint(added):  # (the common case: all of them are new)
-            again = prints.keys() & added
-            known = len(again)
-            lasts = list(map(prints.pop, again))
-            self._touched -= lasts.count(epoch)  # added since `take_touched` already
-        prints.update(added)
-        self._touched += len(added)
+            _consume(map(prints.__delitem__, ordered))
+            prints.update(zip(ordered, itertools.repeat(epoch)))
+        self._touched += added
         excess = len(prints) - self.limit
         if excess > 0:
             _consume(map(prints.__delitem__, list(itertools.islice(prints, excess))))
             self.saturated = True
-        return known < len(added)
+        return len(known) < added
 
     def meets(self, values: Iterable[int]) -> bool:
         """Whether any of `values` is remembered."""
