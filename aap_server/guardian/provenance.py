@@ -166,13 +166,20 @@ def _token_prints(token: str) -> Collection[int]:
     its parts between inner delimiters (`"a","b"`: compact JSON and the like), edge
     punctuation off, normalised (`_normal`), each of at least `MIN_VALUE_CHARS`."""
     if len(token) > _TOKEN_KEPT_CHARS:
-        return _parts_prints(token)
+        return _word_prints(token)
     return _kept_token_prints(token)
 
 
 @functools.lru_cache(maxsize=_TOKEN_PRINTS_KEPT)
 def _kept_token_prints(token: str) -> Collection[int]:
-    return _parts_prints(token)
+    return _word_prints(token)
+
+
+def _word_prints(token: str) -> Collection[int]:
+    word = token.strip(_STRIP)
+    if not _INNER_DELIMITER.search(word):  # (one part: most words of prose)
+        return (_print(_normal(word)),) if len(word) >= MIN_VALUE_CHARS else ()
+    return _parts_prints(word)
 
 
 # Up to this many distinct words, each word's fingerprints are looked up (`_token_prints`);
