@@ -74,10 +74,36 @@ def _encoded(value: object, form: int) -> str:
 
 _json_texts = st.builds(_encoded, _json_values(), st.integers(0, 2))
 
-# Repeated (past `_SPLIT_WHOLE_BELOW` and the word thresholds: the long-text paths) or not.
+
+# Many distinct words (past the thresholds past which words are picked and hashed in
+# batches), most with a value character, between whitespace of every kind; ASCII only (the
+# fast paths' case) or not.
+def _many_words(pieces: list[str], spaces: list[str]) -> st.SearchStrategy[str]:
+    return st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(pieces), min_size=1, max_size=3).map("".join),
+            st.one_of(st.integers(0, 10**6).map(str), st.just("")),
+            st.sampled_from(spaces),
+        ),
+        min_size=20,
+        max_size=150,
+    ).map(lambda words: "".join(f"{word}{number}{space}" for word, number, space in words))
+
+
+_ASCII_PIECES = [piece for piece in PIECES if piece.isascii()]
+_ASCII_SPACES = [" ", "  ", "\n", "\t", "\x1c", ". "]
+
+# Repeated (past `_SPLIT_WHOLE_BELOW`: the long-text paths) or not.
 _texts = st.builds(
     lambda text, times: text * times,
-    st.one_of(_pieces, _json_texts, st.text(), st.text(st.characters(codec="ascii"))),
+    st.one_of(
+        _pieces,
+        _json_texts,
+        _many_words(_ASCII_PIECES, _ASCII_SPACES),
+        _many_words(PIECES, [*_ASCII_SPACES, "\u00a0", "\u3000"]),
+        st.text(),
+        st.text(st.characters(codec="ascii")),
+    ),
     st.sampled_from([1, 1, 3, 40]),
 )
 
@@ -117,6 +143,11 @@ def test_tool_results_as_tools_send_them_teach_what_they_did(form: int) -> None:
     prose = "ref 000042: the team moved the launch. Pay 45.50 to DE89370400440532013000. "
     _same_words(prose * 60)
     _same_words((prose + "v1.2 e.g. x.y ") * 60)
+    spaced = json.dumps(_rows(60, 1)).lower()  # (ASCII: non-ASCII escaped)
+    found = provenance._value_words(spaced)
+    assert found is not None
+    assert len(found) > provenance._FIND_VALUE_WORDS_UP_TO  # (picked by C-level passes)
+    assert len(found) > provenance._WORDS_LOOKED_UP  # (hashed in one batch)
 
 
 @settings(max_examples=300, deadline=None)
