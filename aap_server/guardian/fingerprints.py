@@ -33,6 +33,9 @@ def fingerprints(chunks: Sequence[bytes]) -> list[int]:
     return memoryview(halves).cast("B").cast("Q").tolist()
 
 
+# Values `add` forgets one by one before `_prints` is copied (which drops deleted entries).
+_COPY_AFTER_FORGETTING = 512
+
 # Runs an iterator to its end, keeping nothing.
 _consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
 
@@ -58,6 +61,7 @@ class Prints:
         # How many distinct values were added since `take_touched`; at least `len(self)`
         # once one of them was forgotten again (then every value kept was added since).
         self._touched = 0
+        self._forgotten = 0  # by `add`, since `_prints` was last copied
 
     def __len__(self) -> int:
         return len(self._prints)
@@ -77,6 +81,12 @@ class Prints:
         if len(prints) > self.limit:
             del prints[next(iter(prints))]
             self.saturated = True
+            # Finding the oldest skips the entries deleted before it (a dict keeps them
+            # until it is copied or grows): a copy now and then keeps that short.
+            self._forgotten += 1
+            if self._forgotten >= _COPY_AFTER_FORGETTING:
+                self._prints = dict(prints)
+                self._forgotten = 0
         return True
 
     def add_all(self, values: Iterable[int]) -> bool:

@@ -223,6 +223,10 @@ def test_steps_into_a_full_set_keep_what_they_kept_before() -> None:
                 batch = [rng.randrange(6000) for _ in range(rng.choice([0, 1, 149, 150, 400]))]
                 operations.append(("add_all", batch, rng.random() < 0.3))
         _same_prints(limit, operations)
+    # Private values: added one by one, thousands forgotten (`_prints` copied now and then).
+    singles: list[tuple[object, ...]] = [("add", rng.randrange(4000)) for _ in range(3000)]
+    singles[1500:1500] = [("take",), ("add_all", list(range(40)), False), ("take",)]
+    _same_prints(7, singles)
 
 
 def test_memory_stored_by_either_reads_back_the_same() -> None:
@@ -315,4 +319,17 @@ def test_adding_is_linear_in_the_values_added() -> None:
             prints.take_touched()
 
     ratio = _cpu(lambda: run(1_000_000)) / max(_cpu(lambda: run(100_000)), 1e-4)
+    assert ratio < 30, f"10x the values cost {ratio:.0f}x the CPU time"
+
+
+def test_adding_one_by_one_is_linear_in_the_values_added() -> None:
+    """Each value added to a full set forgets the oldest: finding it stays cheap however many
+    were forgotten before."""
+
+    def run(count: int) -> None:
+        prints = fast_prints.Prints(4096)
+        for value in range(count):
+            prints.add(value * 7919)
+
+    ratio = _cpu(lambda: run(400_000)) / max(_cpu(lambda: run(40_000)), 1e-4)
     assert ratio < 30, f"10x the values cost {ratio:.0f}x the CPU time"
