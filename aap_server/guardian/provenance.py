@@ -198,9 +198,9 @@ def _words_prints(words: Collection[str]) -> Collection[int]:
 
 
 def _parts_prints(text: str) -> Collection[int]:
-    """`_token_prints` of each word of `text` (lower-cased), at once: its parts between
-    whitespace and delimiters, each stripped of edge punctuation, normalised, of at least
-    `MIN_VALUE_CHARS`."""
+    """`_token_prints` of each word of `text` (lower-cased words joined by spaces), at once:
+    the parts between spaces and delimiters, each stripped of edge punctuation, normalised,
+    of at least `MIN_VALUE_CHARS`."""
     if not text.isascii():
         parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
         return fingerprints(
@@ -210,9 +210,10 @@ def _parts_prints(text: str) -> Collection[int]:
                 if len(part) >= MIN_VALUE_CHARS
             ]
         )
-    # ASCII: whitespace and delimiters made spaces by one translation, cut by a C-level split
-    # that makes no empty part of a run of them (`},{`), each distinct part stripped (JSON's
-    # `"key":value` leaves `:value`) and hashed as bytes (what is hashed): no string is made.
+    # ASCII: the delimiters made spaces by one translation (the words are joined by spaces
+    # and hold no whitespace of their own), cut by a C-level split that makes no empty part
+    # of a run of them (`},{`), each distinct part stripped (JSON's `"key":value` leaves
+    # `:value`) and hashed as bytes (what is hashed): no string is made of a part.
     data = text.encode("ascii").translate(_DELIMITERS_AS_SPACE_BYTES)
     hashed = {
         piece
