@@ -7,7 +7,7 @@ import itertools
 import sys
 import zlib
 from array import array
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 
@@ -33,26 +33,8 @@ def fingerprints(chunks: Sequence[bytes]) -> list[int]:
     return memoryview(halves).cast("B").cast("Q").tolist()
 
 
-def _add_in_order(
-    kept: OrderedDict[int, None],
-    ordered: list[int],
-    limit: int,
-    evicted: Callable[[], None] | None = None,
-) -> set[int]:
-    """`ordered` (distinct) made the newest of `kept`, oldest forgotten past `limit` (then
-    `evicted` is called): what a move to the end or an insertion per value, and a forgetting
-    per value over the limit, leave. Returns the values `kept` already had."""
-    known = kept.keys() & ordered  # (looks up each of `ordered`: no copy of `kept`)
-    # Deleted and inserted by C-level passes (`_consume`), not a Python loop per value.
-    _consume(map(kept.__delitem__, known))
-    kept.update(zip(ordered, itertools.repeat(None)))
-    excess = len(kept) - limit
-    if excess > 0:
-        _consume(map(kept.__delitem__, list(itertools.islice(kept, excess))))
-        if evicted is not None:
-            evicted()
-    return known
-
+# Values `add` forgets one by one before `_prints` is copied (which drops deleted entries).
+_COPY_AFTER_FORGETTING = 512
 
 # Runs an iterator to its end, keeping nothing.
 _consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend
@@ -62,18 +44,24 @@ class Prints:
     """A bounded set of fingerprints, oldest forgotten first (`saturated` once one was).
 
     It also keeps which values were added (or added again, which makes them the newest)
-    since `take_touched` was last called, in that order: adding those back in order to a
-    copy of the set as it was then gives the set as it is now, so a session's stored memory
-    grows by what a step added, not by a copy of the whole set (`SessionFacts.export`)."""
+    since `take_touched` was last called: adding those back in order to a copy of the set as
+    it was then gives the set as it is now, so a session's stored memory grows by what a step
+    added, not by a copy of the whole set (`SessionFacts.export`)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._prints: OrderedDict[int, None] = OrderedDict()
+        # Each value, oldest added first (a dict keeps insertion order; a value added again
+        # is deleted and inserted), mapped to the `_epoch` it was last added in.
+        self._prints: dict[int, int] = {}
         self.saturated = False
-        # Every value added since `take_touched`, in order, repeats included (cheaper to
-        # append to than a second ordered set); cut down to the newest `limit` distinct ones
-        # (`_newest`: any older are forgotten again on the way) when it holds twice that.
-        self._touched: list[int] = []
+        # Bumped by `take_touched`: the values added since carry the current epoch. Being
+        # the newest, they are the end of `_prints`, so no log of them is kept: their count
+        # (`_touched`) says where they start.
+        self._epoch = 0
+        # How many distinct values were added since `take_touched`; at least `len(self)`
+        # once one of them was forgotten again (then every value kept was added since).
+        self._touched = 0
+        self._forgotten = 0  # by `add`, since `_prints` was last copied
 
     def __len__(self) -> int:
         return len(self._prints)
@@ -83,32 +71,48 @@ class Prints:
 
     def add(self, value: int) -> bool:
         """Remember `value`; whether it was new."""
-        self._touched.append(value)
-        self._trim_touched()
-        if value in self._prints:
-            self._prints.move_to_end(value)
+        prints = self._prints
+        last = prints.pop(value, None)
+        prints[value] = self._epoch
+        if last != self._epoch:
+            self._touched += 1
+        if last is not None:
             return False
-        self._prints[value] = None
-        if len(self._prints) > self.limit:
-            self._prints.popitem(last=False)
+        if len(prints) > self.limit:
+            del prints[next(iter(prints))]
             self.saturated = True
+            # Finding the oldest skips the entries deleted before it (a dict keeps them
+            # until it is copied or grows): a copy now and then keeps that short.
+            self._forgotten += 1
+            if self._forgotten >= _COPY_AFTER_FORGETTING:
+                self._prints = dict(prints)
+                self._forgotten = 0
         return True
 
     def add_all(self, values: Iterable[int]) -> bool:
         """Remember the values, as `add` one after the other would (whether any was new),
         in a few C-level passes: a step adds hundreds of fingerprints at once."""
-        # By their last occurrence, the order repeated `add`s leave them in.
-        ordered = list(dict.fromkeys(reversed(list(values))))
-        ordered.reverse()
-        if not ordered:
+        listed = values if isinstance(values, list) else list(values)
+        if not listed:
             return False
-        self._touched += ordered
-        self._trim_touched()
-        known = len(_add_in_order(self._prints, ordered, self.limit, self._evicted))
-        return known < len(ordered)
-
-    def _evicted(self) -> None:
-        self.saturated = True
+        prints, epoch = self._prints, self._epoch
+        known = prints.keys() & listed
+        if known:  # taken out, to go in again at the end; counted once if added since a take
+            self._touched -= list(map(prints.pop, known)).count(epoch)
+        size = len(prints)
+        prints.update(zip(listed, itertools.repeat(epoch)))
+        added = len(prints) - size  # (each distinct value, new or known)
+        if added < len(listed):  # repeats, which go where they occur last: put in again so
+            ordered = list(dict.fromkeys(reversed(listed)))
+            ordered.reverse()
+            _consume(map(prints.__delitem__, ordered))
+            prints.update(zip(ordered, itertools.repeat(epoch)))
+        self._touched += added
+        excess = len(prints) - self.limit
+        if excess > 0:
+            _consume(map(prints.__delitem__, list(itertools.islice(prints, excess))))
+            self.saturated = True
+        return len(known) < added
 
     def meets(self, values: Iterable[int]) -> bool:
         """Whether any of `values` is remembered."""
@@ -119,25 +123,19 @@ class Prints:
         return list(self._prints)
 
     def touched(self) -> bool:
-        """Whether a value was added since `take_touched`."""
-        return bool(self._touched)
+        """Whether a value was added since `take_touched` (and is kept: none is by a set of
+        no values)."""
+        return self._touched > 0 and self.limit > 0
 
     def take_touched(self) -> list[int]:
         """The values added since the last call, in the order that rebuilds the set."""
-        if not self._touched:  # (the commonest case: most sets take in nothing in a step)
+        count = self._touched
+        if not count:  # (the commonest case: most sets take in nothing in a step)
             return []
-        touched = _newest(self._touched, self.limit)
-        self._touched = []
+        self._touched = 0
+        self._epoch += 1
+        if count >= len(self._prints):
+            return list(self._prints)
+        touched = list(itertools.islice(reversed(self._prints), count))
+        touched.reverse()
         return touched
-
-    def _trim_touched(self) -> None:
-        if len(self._touched) > 2 * self.limit:
-            self._touched = _newest(self._touched, self.limit)
-
-
-def _newest(values: list[int], limit: int) -> list[int]:
-    """The newest `limit` distinct values, each where it last occurs, oldest first: what an
-    ordered set that moves a value added again to the end and holds `limit` keeps."""
-    newest = list(itertools.islice(dict.fromkeys(reversed(values)), limit))
-    newest.reverse()
-    return newest

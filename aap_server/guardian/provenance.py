@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -115,6 +116,8 @@ def _value_words(lowered: str) -> set[str] | None:
     for mark in (b"\x00", b".") if inner_dots else (b"\x00",):
         at = marked.find(mark)
         while at != -1:
+            if len(found) > _FIND_VALUE_WORDS_UP_TO:
+                return _value_words_by_word(lowered, marked, inner_dots)
             start = marked.rfind(b" ", 0, at) + 1
             end = marked.find(b" ", at)
             end = size if end == -1 else end
@@ -125,6 +128,28 @@ def _value_words(lowered: str) -> set[str] | None:
             else:
                 at = marked.find(mark, at + 1)
     return found
+
+
+# Value words found one by one (a Python step each) at most: more (JSON with spaces, a table
+# of numbers) are picked among all the words by C-level passes.
+_FIND_VALUE_WORDS_UP_TO = 32
+
+
+def _value_words_by_word(lowered: str, marked: bytes, inner_dots: bool) -> set[str]:
+    """`_value_words` by a pass over every word: the words of `marked` (ASCII whitespace made
+    spaces: cut where `lowered`'s are) that hold a mark, or a dot inside."""
+    words = lowered.split()
+    # (As strings: `in` on bytes takes a buffer of its operand, several times slower.)
+    marks = marked.decode("ascii").split()
+    found = set(itertools.compress(words, map(operator.contains, marks, _MARK)))
+    if inner_dots:  # (of the words with a dot, those with one inside)
+        dotted = itertools.compress(words, map(operator.contains, words, _DOTS))
+        found.update([word for word in dotted if "." in word[1:-1]])
+    return found
+
+
+_MARK = itertools.repeat("\x00")
+_DOTS = itertools.repeat(".")
 
 
 # Distinct words (as `str.split` cuts them) whose fingerprints are kept: texts share most of
@@ -142,22 +167,43 @@ def _token_prints(token: str) -> Collection[int]:
     its parts between inner delimiters (`"a","b"`: compact JSON and the like), edge
     punctuation off, normalised (`_normal`), each of at least `MIN_VALUE_CHARS`."""
     if len(token) > _TOKEN_KEPT_CHARS:
-        return _parts_prints(token)
+        return _word_prints(token)
     return _kept_token_prints(token)
 
 
 @functools.lru_cache(maxsize=_TOKEN_PRINTS_KEPT)
 def _kept_token_prints(token: str) -> Collection[int]:
-    return _parts_prints(token)
+    return _word_prints(token)
 
 
-def _parts_prints(token: str) -> Collection[int]:
+def _word_prints(token: str) -> Collection[int]:
     word = token.strip(_STRIP)
-    if not _INNER_DELIMITER.search(word):
+    if not _INNER_DELIMITER.search(word):  # (one part: most words of prose)
         return (_print(_normal(word)),) if len(word) >= MIN_VALUE_CHARS else ()
-    # Each distinct part once (JSON repeats its keys and `:`), hashed in one batch.
-    if not word.isascii():
-        parts = set(map(str.strip, _INNER_DELIMITER.split(word), itertools.repeat(_STRIP)))
+    return _parts_prints(word)
+
+
+# Up to this many distinct words, each word's fingerprints are looked up (`_token_prints`);
+# more (JSON with spaces, a table: mostly words seen once) are cut and hashed in one batch.
+_WORDS_LOOKED_UP = 48
+
+
+def _words_prints(words: Collection[str]) -> Collection[int]:
+    """The fingerprints the distinct `words` contribute (`_token_prints` of each)."""
+    if len(words) == 1:  # (a compact JSON text)
+        return _token_prints(next(iter(words)))
+    if len(words) <= _WORDS_LOOKED_UP:
+        return set().union(*map(_token_prints, words))
+    # Joined by spaces, which cut parts as the inner delimiters do: the same parts.
+    return _parts_prints(" ".join(words))
+
+
+def _parts_prints(text: str) -> Collection[int]:
+    """`_token_prints` of each word of `text` (lower-cased words joined by spaces), at once:
+    the parts between spaces and delimiters, each stripped of edge punctuation, normalised,
+    of at least `MIN_VALUE_CHARS`."""
+    if not text.isascii():
+        parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
         return fingerprints(
             [
                 _normal(part).encode("utf-8", "surrogatepass")
@@ -165,31 +211,46 @@ def _parts_prints(token: str) -> Collection[int]:
                 if len(part) >= MIN_VALUE_CHARS
             ]
         )
-    # ASCII: the delimiters made spaces (the word has none of its own), cut by a C-level
-    # split that makes no empty part of a run of them (`},{`), and `_normal` needed only where
-    # a part may be a decimal or a `mailto:` (the rest are lower-case and stripped already).
-    # A part's leading `:` (JSON's `"key":value`) would be stripped: it goes before the cut
-    # (a lone one leaves no part), so most parts need no new string made by `strip`. Cut,
-    # stripped and hashed as bytes (what is hashed): no string is made of a part.
-    cut = word.encode("ascii").translate(_DELIMITERS_AS_SPACE).replace(b" :", b" ").split()
-    pieces = set(map(bytes.strip, set(cut), itertools.repeat(_STRIP_BYTES)))
-    hashed = [piece for piece in pieces if len(piece) >= MIN_VALUE_CHARS]
+    # ASCII: the delimiters made spaces by one translation (the words are joined by spaces
+    # and hold no whitespace of their own), cut by a C-level split that makes no empty part
+    # of a run of them (`},{`), each distinct part stripped (JSON's `"key":value` leaves
+    # `:value`) and hashed as bytes (what is hashed): no string is made of a part.
+    data = text.encode("ascii").translate(_DELIMITERS_AS_SPACE_BYTES)
+    hashed = {
+        piece
+        for piece in map(bytes.strip, set(data.split()), _EDGE_BYTES)
+        if len(piece) >= MIN_VALUE_CHARS
+    }
     # Stripped and lower-case already, a part is changed by `_normal` only if it is a
-    # `mailto:` address or a decimal with a trailing zero (ending in `0` with a dot in it, or
-    # starting with `m`): only such are passed to it (a JSON text has hundreds of parts with a
-    # dot or a colon, nearly none of which it changes).
-    odd = [p for p in hashed if (p[-1] == _ZERO and _DOT in p) or p[0] == _M]
+    # decimal with a trailing zero (ending in `0`, with a dot) or a `mailto:` address: only
+    # such are normalised, looked for only in a text that may hold one.
+    if b"0" in data and b"." in data:
+        odd = [piece for piece in hashed if piece[-1] == _ZERO and _DOT in piece]
+    else:
+        odd = []
+    if b"mailto:" in data:
+        odd += [piece for piece in hashed if piece.startswith(b"mailto:")]
     if odd:
-        hashed = list(set(hashed).difference(odd))
-        hashed += [_normal(piece.decode("ascii")).encode("ascii") for piece in odd]
-    return fingerprints(hashed)
+        hashed.difference_update(odd)
+        hashed.update(map(_normal_ascii, odd))
+    return fingerprints(list(hashed))
 
 
-_ZERO, _M, _DOT = ord("0"), ord("m"), ord(".")
+def _normal_ascii(piece: bytes) -> bytes:
+    """`_normal` of a part of ASCII text, stripped and lower-case already."""
+    if piece.startswith(b"mailto:"):
+        return piece[7:]
+    if _DECIMAL_ASCII.fullmatch(piece):
+        return piece.rstrip(b"0").rstrip(b".")
+    return piece
 
 
-_STRIP_BYTES = _STRIP.encode("ascii")
-_DELIMITERS_AS_SPACE = bytes.maketrans(_DELIMITERS.encode(), b" " * len(_DELIMITERS))
+_DECIMAL_ASCII = re.compile(rb"\d+\.\d+")
+_ZERO, _DOT = ord("0"), ord(".")
+_EDGES = itertools.repeat(_EDGE)
+_EDGE_BYTES = itertools.repeat(_EDGE.encode("ascii"))
+_DELIMITERS_AS_SPACE = str.maketrans(_DELIMITERS, " " * len(_DELIMITERS))
+_DELIMITERS_AS_SPACE_BYTES = bytes.maketrans(_DELIMITERS.encode(), b" " * len(_DELIMITERS))
 
 
 def words_of(text: str, values_only: bool) -> list[int]:
@@ -198,12 +259,12 @@ def words_of(text: str, values_only: bool) -> list[int]:
     speed; Python touches each distinct word once, and a word seen before (`_token_prints`)
     only to look it up."""
     lowered = text.lower()
-    words: Iterable[str] | None = _value_words(lowered) if values_only else None
+    words: Collection[str] | None = _value_words(lowered) if values_only else None
     if words is None:
         words = set(lowered.split())
         if values_only:
-            words = filter(_HAS_VALUE_CHAR.search, words)
-    prints = list(set().union(*map(_token_prints, words)))
+            words = set(filter(_HAS_VALUE_CHAR.search, words))
+    prints = list(_words_prints(words)) if words else []
     if "://" in text:
         prints += [_print(host) for _, host in _URL_HOST.findall(lowered)]
     return prints
