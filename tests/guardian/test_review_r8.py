@@ -504,3 +504,22 @@ def test_an_injection_recalled_from_memory_is_withheld() -> None:
         return await guardian.check(make.memory_context([stored]))
 
     assert asyncio.run(body()).decision == "deny"
+
+
+@pytest.mark.parametrize("tool", ["lookup", "mcp__lookup", "x" * 300])
+def test_a_pasted_secrets_placeholder_in_a_tool_call_is_denied_on_every_call(tool: str) -> None:
+    """Rules with detector conditions are skipped for steps without findings: the
+    placeholder's findings, added after the scan, still reach them (and cached candidates
+    change nothing on the second call)."""
+
+    async def body() -> list[str]:
+        guardian, make = PolicyGuardian(default_policy()), _steps(tool)
+        pasted = await guardian.check(make.message("user", "my key is AKIAZ7Q3K5M2N8P4R6T1"))
+        assert pasted.decision == "modify"
+        arguments = {"q": "use <AWS_ACCESS_KEY_1> please"}
+        return [
+            (await guardian.check(make.tool_call_request(f"c{n}", tool, arguments))).decision
+            for n in range(2)
+        ]
+
+    assert asyncio.run(body()) == ["deny", "deny"]
