@@ -523,3 +523,33 @@ def test_a_pasted_secrets_placeholder_in_a_tool_call_is_denied_on_every_call(too
         ]
 
     assert asyncio.run(body()) == ["deny", "deny"]
+
+
+def test_session_sizes_stay_accounted_when_only_changed_steps_resize() -> None:
+    """A step resizes its session only when judging it changed the facts: after every kind
+    of step the cache's byte count is still the sum of its sessions' sizes (a drift would let
+    memory outgrow `MAX_HOSTED_BYTES`, or forget sessions early)."""
+
+    async def body() -> list[tuple[int, int]]:
+        guardian = PolicyGuardian(default_policy())
+        make = _steps("read_mail", "send_email", "lookup")
+        sequence = [
+            make.message("user", "my card is 4111 1111 1111 1111, key AKIAZ7Q3K5M2N8P4R6T1"),
+            make.message("agent", "noted"),
+            make.tool_call_request("c1", "read_mail", {}),
+            make.tool_call_result("c1", f"call 415-555-2671, IBAN {ATTACKERS_IBAN}", False),
+            make.memory_context(["remember 078-05-1120"]),
+            make.memory_store(["store this"]),
+            make.tool_call_request("c2", "lookup", {"q": "<AWS_ACCESS_KEY_1>"}),
+            make.tool_call_request("c3", "send_email", {"to": "eve@evil.example", "body": "hi"}),
+            make.message("agent", "your number is 415-555-2671"),
+        ]
+        accounted = []
+        for step in sequence:
+            await guardian.check(step)
+            cache = guardian._hosted
+            accounted.append((cache.bytes, sum(f.size() for f in cache._facts.values())))
+        return accounted
+
+    for counted, actual in asyncio.run(body()):
+        assert counted == actual
