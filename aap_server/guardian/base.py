@@ -251,8 +251,10 @@ async def checked(
     try:
         started = asyncio.get_running_loop().time()
         check = guardian.check(request)
+        budget = None
         if type(check) is not types.CoroutineType:  # some other awaitable: awaited as such
-            async with asyncio.timeout(timeout_seconds):
+            budget = asyncio.timeout(timeout_seconds)
+            async with budget:
                 verdict = await check
         else:
             try:
@@ -260,12 +262,22 @@ async def checked(
             except StopIteration as done:  # answered without suspending: no timer needed
                 verdict = done.value
             else:
-                async with asyncio.timeout_at(started + timeout_seconds):
+                budget = asyncio.timeout_at(started + timeout_seconds)
+                async with budget:
                     verdict = await _rest_of(check, waiting_for)
+        if budget is not None and budget.expired():  # it caught its cancellation, answered
+            raise TimeoutError
     except TimeoutError:
         return GuardianUnavailable("guardian.timeout", "guardian did not answer in time")
     except GuardianUnavailable as unavailable:
         return unavailable
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():  # the caller is being cancelled: so is the check
+            raise
+        # Cancelled from inside (a future it awaited was cancelled under it): a failure.
+        logger.warning("guardian check for %s was cancelled from inside", request.method)
+        return GuardianUnavailable("guardian.error", "guardian failed")
     except Exception:
         logger.exception("guardian check failed for %s", request.method)
         return GuardianUnavailable("guardian.error", "guardian failed")

@@ -108,7 +108,10 @@ def _walk_all(node: Any, visit: Callable[[str], str]) -> Any:
         elif type(item) is int or type(item) is float:
             # A number is read as its digits (a card sent as a JSON number is still a card);
             # one the visit changes (redacts) becomes the changed text.
-            digits = repr(item)
+            # (a whole float as an integer: `4111111111111111.0` is how JSON writers and
+            # dataframes hold a card number)
+            whole = type(item) is float and item.is_integer()
+            digits = repr(int(item)) if whole else repr(item)
             changed = visit(digits)
             target[slot] = item if changed == digits else changed
         else:

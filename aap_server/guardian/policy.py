@@ -71,8 +71,13 @@ def tool_name_matches(name: str, pattern: str) -> bool:
     serves it), so egress and `[[tools]]` patterns match it too."""
     if name_matches(name, pattern):
         return True
-    parts = name.split(NAMESPACE)
-    return any(name_matches(NAMESPACE.join(parts[n:]), pattern) for n in range(1, len(parts)))
+    # After every `__`, overlapping ones too: a source may end in `_` (`bank___send_money`).
+    at = name.find(NAMESPACE)
+    while at != -1:
+        if name_matches(name[at + len(NAMESPACE) :], pattern):
+            return True
+        at = name.find(NAMESPACE, at + 1)
+    return False
 
 
 class PolicyError(ValueError):

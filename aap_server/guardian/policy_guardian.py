@@ -739,10 +739,12 @@ class PolicyGuardian(Guardian):
         if (
             view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval"
         ) and not trusted_output:
-            # Private data the agent took in (not what the user typed: sending the user's own
-            # address where the user asked is no leak).
+            # Private data the agent took in, not what the user typed (here or earlier, say
+            # recalled from memory): sending the user's own address where asked is no leak.
             for finding in step.findings:
-                if finding.category in PRIVATE_FAMILIES:
+                if finding.category in PRIVATE_FAMILIES and not facts.provenance.given_by_user(
+                    finding.value
+                ):
                     facts.remember_private(finding)
         if view.method == "steps/knowledgeRetrieval" and any(
             "confidential" in text.lower() for text in view.texts

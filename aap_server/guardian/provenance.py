@@ -53,8 +53,9 @@ MAX_VALUE_CHARS = 64
 
 _WORD = re.compile(r"[^\s\"'<>()\[\]{},;!?`|*]+")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-# A URL's host: what follows the last `@` of its authority (user info may hold `:` and `@`).
-_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\s?#]*@)?([^/\s:?#@]+)")
+# A URL's host: what follows the last `@` of its authority (user info may hold `:` and `@`),
+# which ends at `/`, `?`, `#` or `\` (as URL parsers read a special URL: WHATWG, urllib3).
+_URL_HOST = re.compile(r"(?i)\b(?:https?|ftp|wss?)://([^/\\\s?#]*@)?([^/\\\s:?#@]+)")
 _EDGE = ".:#@/-_=+"
 
 

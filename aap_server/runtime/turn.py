@@ -391,25 +391,22 @@ class TurnRun:
         said = merge_blocks(opened + blocks)  # the client's fold of the open message
         self._open = []
         if blocks:
-            # Checked as the client will see it: with the text left open before it.
+            # Checked as the client will see it, with the text left open before it: each kind
+            # as one text (a thinking block between the two halves of a card splits no card).
+            checked = blocks if not opened else message_blocks(*_texts_of(said))
             verdict = await self.checks.check(
-                self.steps.message("agent", said, cited=self.resources.take_citations())
+                self.steps.message("agent", checked, cited=self.resources.take_citations())
             )
             if verdict.decision == "deny":
                 raise _Stop("refusal")
             if verdict.decision == "modify":
-                modified = modified_content(verdict, said)
+                modified = modified_content(verdict, checked)
                 parts: list[ContentBlock] = (
                     modified if isinstance(modified, list) else [TextContentBlock(text=modified)]
                 )
-                new_thinking = "".join(
-                    b.thinking for b in parts if isinstance(b, ThinkingContentBlock)
-                )
-                new_text = "".join(b.text for b in parts if isinstance(b, TextContentBlock))
-                if opened:  # (the model's view of this response: the whole message, as changed)
-                    blocks = said = merge_blocks(parts)
-                else:
-                    blocks = said = message_blocks(new_thinking, new_text)
+                new_thinking, new_text = _texts_of(parts)
+                # (with text left open, the model's view of this response is the whole message)
+                blocks = said = message_blocks(new_thinking, new_text)
                 thinking.finish_as(new_thinking)
                 text.finish_as(new_text)
             else:
@@ -634,6 +631,12 @@ class TurnRun:
         )
         await self._store(write)
         self.context.extend(compacted)
+
+
+def _texts_of(blocks: list[ContentBlock]) -> tuple[str, str]:
+    """A message's thinking and its text, each joined."""
+    thinking = "".join(b.thinking for b in blocks if isinstance(b, ThinkingContentBlock))
+    return thinking, "".join(b.text for b in blocks if isinstance(b, TextContentBlock))
 
 
 def merged(first: StepWrite, then: StepWrite) -> StepWrite:

@@ -24,13 +24,6 @@ from tests.e2e.test_review_r7 import ATTACKERS_IBAN, _default_policy_harness, _p
 CARD_START, CARD_END = "4111 1111", " 1111 1111"
 KEY_START, KEY_END = "AKIA", "Z7Q3K5M2N8P4R6T1"
 
-THINKING_SPLITS_THE_TEXT = pytest.mark.xfail(
-    strict=True,
-    reason="turn.py checks the continuation as merge_blocks(opened + blocks): with thinking "
-    "in the new response that is [text, thinking, text], the guardian scans each text block "
-    "alone, and a card or key split around the hidden call reaches the client and history "
-    "in clear (in every mode)",
-)
 DELTA_LOSES_THE_REST = pytest.mark.xfail(
     strict=True,
     reason="the open text was sent whole before the continuation's check; a mask over the "
@@ -84,7 +77,7 @@ async def _turn(tmp_path: Path, model: TurnModel, mode: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("thinking", [False, pytest.param(True, marks=THINKING_SPLITS_THE_TEXT)])
+@pytest.mark.parametrize("thinking", [False, True])
 @pytest.mark.parametrize("halves", [(CARD_START, CARD_END), (KEY_START, KEY_END)])
 async def test_a_number_split_around_a_hidden_call_never_reaches_the_client(
     tmp_path: Path, mode: str, thinking: bool, halves: tuple[str, str]
@@ -116,14 +109,7 @@ async def test_the_rest_of_a_masked_continuation_reaches_the_client(
     "tool",
     [
         "bank__send_money",
-        pytest.param(
-            "bank___send_money",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="policy.tool_name_matches splits at '__' from the left: the tool of an "
-                "MCP server named `bank_` is neither egress nor paying: allowed",
-            ),
-        ),
+        "bank___send_money",
     ],
 )
 async def test_paying_the_attacker_through_an_mcp_tool_is_stopped_over_aos(

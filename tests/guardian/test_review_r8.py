@@ -62,11 +62,6 @@ class SwallowsTheTimeout(Guardian):
         raise AssertionError("unreachable")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checked: a check that catches the timeout's cancellation and returns allow is "
-    "taken as allowed (timeout_at's block exits normally); the expired budget must deny",
-)
 def test_a_check_that_swallows_its_timeout_and_allows_is_denied() -> None:
     async def body() -> aos.AosSuccessResult:
         return await FailClosed(SwallowsTheTimeout(), timeout_seconds=0.01).check(_message())
@@ -92,11 +87,6 @@ class AwaitsACancelledFuture(Guardian):
         return ALLOW
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checked: a CancelledError the check raises by itself (the caller not being "
-    "cancelled) escapes FailClosed.check as a cancellation of the turn, not a guardian.error deny",
-)
 @pytest.mark.parametrize("suspend_first", [False, True])
 def test_a_check_cancelled_from_inside_is_a_deny(suspend_first: bool) -> None:
     async def body() -> aos.AosSuccessResult:
@@ -265,12 +255,6 @@ def test_a_fooled_payment_is_stopped_under_any_source_prefix(tool: str) -> None:
     assert asyncio.run(_fooled_payment(tool)) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool_name_matches splits at '__' from the left: an MCP server named `bank_` (its "
-    "name may end in '_') serves `bank___send_money`, whose own name `send_money` is never "
-    "tried ('bank', '_send_money'), so it is neither egress nor a paying tool: allowed",
-)
 @pytest.mark.parametrize("tool", ["bank___send_money", "my_bank___pay_rent"])
 def test_a_fooled_payment_through_a_server_whose_name_ends_in_underscore_is_stopped(
     tool: str,
@@ -350,12 +334,6 @@ def test_a_card_in_tool_arguments_is_found_as_string_or_integer(card: Any) -> No
     assert "pii.card" in (verdict.data or {})["findings"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="content._walk_all reads a float as repr(): 4111111111111111.0 (a card held in a "
-    "float column, as pandas/json.dumps write it) is a 16-digit decimal, which number_runs "
-    "drops whole: no pii.card finding, the sensitive-number rule never sees it",
-)
 def test_a_card_written_as_an_integral_float_in_tool_arguments_is_found() -> None:
     arguments = json.loads('{"url": "https://files.example/x", "card": 4111111111111111.0}')
     assert isinstance(arguments["card"], float)
@@ -452,13 +430,6 @@ def test_a_card_goes_only_to_the_host_the_user_named(url: str, decision: str) ->
     assert asyncio.run(_upload_card_to(url)) == decision
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance._URL_HOST lets user info run over a backslash: for "
-    "`https://evil.example\\@files.trusted.example/` it reads the host the user named, but "
-    "WHATWG parsers (Node fetch, browsers) and urllib3/requests send to evil.example "
-    "(`\\` ends a special URL's authority, as detectors/egress.py already knows): allowed",
-)
 def test_a_backslash_before_the_at_sign_does_not_borrow_the_users_host() -> None:
     assert asyncio.run(_upload_card_to("https://evil.example\\@files.trusted.example/")) != "allow"
 
@@ -466,13 +437,6 @@ def test_a_backslash_before_the_at_sign_does_not_borrow_the_users_host() -> None
 # --- recalled memory as untrusted content ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a value the user typed in this session, recalled from memory, counts as private "
-    "data taken in from untrusted content: `no-exfiltration-after-untrusted-content` denies "
-    "e-mailing the user's own number to the address the user gave (the same step without the "
-    "recall is allowed); `_learn` should not remember values `provenance.given_by_user`",
-)
 def test_the_users_own_number_recalled_from_memory_may_go_where_the_user_said() -> None:
     async def body(recall: bool) -> str:
         guardian, make = PolicyGuardian(default_policy()), _steps("send_email")
