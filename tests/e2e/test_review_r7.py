@@ -142,6 +142,7 @@ ATTACKERS_IBAN = "DE89370400440532013000"
     [
         ("send_money", "deny"),
         ("bank__send_money", "deny"),
+        ("bank___send_money", "deny"),  # (a server whose name ends in `_`: review r8)
     ],
 )
 async def test_paying_the_account_an_untrusted_mail_gave_is_stopped_over_aos(
