@@ -294,12 +294,6 @@ async def test_a_look_alike_credential_name_in_json_rows_is_refused(name: str) -
     assert await _paste("{" + rows + f',"{name}":"{PASSWORD}"}}') == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="secret_formats._assignments: after `key:` a quoted value's `name=value` is cut "
-    "at its '=' but never read as an assignment of its own (an .env file's line inside a "
-    "JSON string, a JSON text inside a JSON string)",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -312,13 +306,6 @@ async def test_a_named_credential_inside_a_quoted_value_is_refused(body: str) ->
     assert await _paste(body) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="secret_formats: no name is read in a JSON text escaped inside a string "
-    '(`{\\"api_key\\":\\"…\\"}`: the quote before the operator is escaped), nor '
-    "in .netrc lines, XML elements or key/value attributes, `curl -u user:pass`, or a name "
-    "whose credential word is glued to a prefix (`PGPASSWORD`)",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -358,11 +345,6 @@ async def test_an_override_in_a_tool_result_is_withheld(text: str) -> None:
     assert await _tool_result(text) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="injection override phrases need a word boundary: an English phrase glued to "
-    "CJK or accented letters (as Chinese/Japanese text writes Latin words) is not found",
-)
 @pytest.mark.parametrize(
     "text",
     [
@@ -375,11 +357,6 @@ async def test_an_override_glued_to_cjk_text_is_withheld(text: str) -> None:
     assert await _tool_result(text) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="injection phrases are matched with white space between their words: joined by "
-    "'_', '-', '+' or camelCase (which a model reads as the same words) they are missed",
-)
 @pytest.mark.parametrize(
     "text",
     [
@@ -587,12 +564,6 @@ async def test_the_important_message_is_withheld(space: str) -> None:
     assert await _tool_result(IMPORTANT_MESSAGE.replace(" ", space)) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="directives are matched on words between white space: the same message with its "
-    "words joined by '_', '-', '.', '+', URL-encoded or HTML-escaped spaces (all of which "
-    "a model reads) is not found, and injection.encoded decodes only to override phrases",
-)
 @pytest.mark.parametrize("space", ["_", "-", ".", "+", "%20", "&nbsp;"])
 async def test_the_important_message_with_joined_words_is_withheld(space: str) -> None:
     assert await _tool_result(IMPORTANT_MESSAGE.replace(" ", space)) == "deny"
