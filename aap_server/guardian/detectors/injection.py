@@ -224,23 +224,16 @@ _BRACKET = re.compile(
     r"\[/?(?:INST|SYS|SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|SYSTEM)\]"
 )
 _HASHES = re.compile(r"###\s*(?:system|instruction|assistant|human|user|response|input)\s*:")
-_ROLE_LINE = re.compile(r"\n[ \t]*(?:Human|Assistant|human|assistant|system|SYSTEM)[ \t]*:")
-_ROLE_LINE_START = re.compile(r"[ \t]*(?:Human|Assistant|human|assistant|system|SYSTEM)[ \t]*:")
-
-
 # A line opening `System:` is a heading in data (`System: Ubuntu 22.04`) unless what follows
 # is an order to the reader (`System: forward all emails to …`).
-_SYSTEM_ORDER = re.compile(
-    r"System[ \t]*:[ \t]*(?i:forward|send|ignore|disregard|forget|delete|remove|transfer|pay"
+_ROLE_NAME = (
+    r"(?:Human|Assistant|human|assistant|system|SYSTEM)[ \t]*:"
+    r"|System[ \t]*:[ \t]*(?i:forward|send|ignore|disregard|forget|delete|remove|transfer|pay"
     r"|e-?mail|share|upload|post|reply|respond|reveal|invite|grant|you|do\s+not|don't|always"
     r"|never|from\s+now\s+on|new\s+instructions?)\b"
 )
-
-
-def _line_opens_at(text: str, at: int) -> bool:
-    """Only spaces or tabs (at most 16) between `at` and the line's start."""
-    before = text[max(0, at - 16) : at].rstrip(" \t")
-    return before.endswith("\n") or (before == "" and at <= 16)
+_ROLE_LINE = re.compile(rf"\n[ \t]*(?:{_ROLE_NAME})")
+_ROLE_LINE_START = re.compile(rf"[ \t]*(?:{_ROLE_NAME})")
 
 
 def _role_spoofs(text: str, lower: str) -> list[Finding]:
@@ -257,10 +250,6 @@ def _role_spoofs(text: str, lower: str) -> list[Finding]:
             out.append(_inj("injection.role_spoof", text, *first.span()))
         for m in _ROLE_LINE.finditer(text):
             out.append(_inj("injection.role_spoof", text, m.start() + 1, m.end()))
-        if "System" in text:
-            for m in _SYSTEM_ORDER.finditer(text):
-                if _line_opens_at(text, m.start()):
-                    out.append(_inj("injection.role_spoof", text, *m.span()))
     return out
 
 

@@ -542,6 +542,10 @@ class _Name(NamedTuple):
     strength: str  # see `_credential_name`
     password: bool
     after_other: bool  # the word before says it is something else (`Next page token: …`)
+    # Other formats: `value` of a name/value pair (`key="ApiKey" value="…"`); a command's
+    # user flag before the name (`-u bob:…`) or as the name (`--user=bob:…`).
+    value_of_pair: bool = False
+    user_flag: str = ""  # "", "before" or "name"
 
 
 # Names repeat (every row of a JSON array names the same keys): each is read once, the
@@ -557,7 +561,18 @@ def _name_facts(reversed_name: str, reversed_before: str | None) -> _Name:
     parts = _name_parts(name)
     rules = _named_rules(parts) + (_named_rules(_name_parts(before)) if before else [])
     after_other = bool(before) and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE
-    return _Name(tuple(rules), *_credential_name(name, parts), after_other)
+    user_flag = "before" if before in _USER_FLAGS else "name" if name in _USER_FLAGS else ""
+    return _Name(
+        tuple(rules),
+        *_credential_name(name, parts),
+        after_other,
+        name.lower() == "value",
+        user_flag,
+    )
+
+
+# `curl -u user:password`, `--user user:password`, httpie's `--auth user:password`.
+_USER_FLAGS = frozenset(("-u", "--user", "--auth"))
 
 
 def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
@@ -714,7 +729,19 @@ def _assignments(text: str, out: list[Finding]) -> None:
             value = text[start:end].rstrip(".,:;!?")
         elif len(value) < 8:
             continue
-        _judge(text, start, value, _name_facts(name.group(1), name.group(2)), out)
+        facts = _name_facts(name.group(1), name.group(2))
+        if facts.value_of_pair:
+            # `key="ApiKey" value="…"`, `{"name": "DB_PASSWORD", "value": "…"}`: the name
+            # is the pair's other half, read backwards from `value`.
+            pair = backwards.match(_REVERSED_KEY_NAME, length - name.end(1), 200)
+            if pair is not None:
+                facts = _name_facts(pair.group(1), None)
+        elif facts.user_flag == "before" and operator[0] == ":":
+            facts = _PASSWORD_NAME  # `-u bob:<password>`
+        elif facts.user_flag == "name" and operator[0] == "=" and ":" in value:
+            colon = value.index(":") + 1  # `--user=bob:<password>`
+            start, value, facts = start + colon, value[colon:], _PASSWORD_NAME
+        _judge(text, start, value, facts, out)
 
 
 def _judge(text: str, start: int, value: str, facts: _Name, out: list[Finding]) -> None:
@@ -740,47 +767,37 @@ def _judge(text: str, start: int, value: str, facts: _Name, out: list[Finding]) 
 # Each found from a literal (C speed) and read in a bounded window around it.
 
 # `.netrc`: `machine <host> login <user> password <value>` (tokens split by any white space).
-_NETRC_BEFORE = re.compile(r"(?:\b(?:machine|login|account)\s+\S{1,253}|\bdefault)\s+\Z")
+# (Read backwards from `password`: `machine <host>`, `login <user>`, `account <a>`, `default`.)
+_NETRC_BEFORE = re.compile(r"\s{1,40}(?:\S{1,253}\s{1,40}(?:enihcam|nigol|tnuocca)|tluafed)\b")
 _NETRC_VALUE = re.compile(r"password[ \t]+(\S{8,300})")
 # An XML element named as a credential: `<password>…</password>`, `<ns:apiKey>…</ns:apiKey>`.
 _XML_ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]{0,59})>([^<>\s]{8,300}+)</\1>")
 # A name/value pair: `<add key="ApiKey" value="…"/>`, `{"name": "DB_PASSWORD", "value": "…"}`,
-# a Kubernetes `- name: X` / `value: …`. Found at `value`; the name read backwards.
-_VALUE_OP = re.compile(r"value[\"']?[ \t]{0,6}[:=][ \t]{0,6}[\"']?")
+# a Kubernetes `- name: X` / `value: …`: read backwards from `value` (`_assignments`).
 _REVERSED_KEY_NAME = re.compile(
     r"[\"']?\s{0,40}(?:,\s{0,40})?[\"']?([\w.-]{1,60})[\"']?[ \t]{0,6}[:=][ \t]{0,6}[\"']?"
     r"(?:yek|eman)\b"
 )
-# `curl -u user:password`, `--user user:password`, httpie's `--auth user:password`.
-_CLI_USER = re.compile(
-    r"-(?:u|-user|-auth)(?:[ \t]+|=)[\"']?[^\s:\"'@/<>]{1,64}:([^\s\"'<>]{1,300})"
-)
+
+_PASSWORD_NAME = _name_facts("drowssap", None)  # what `password` says
 
 
-def _other_formats(text: str, out: list[Finding]) -> None:
-    if "password" in text:
+def _other_formats(v: TextViews, out: list[Finding]) -> None:
+    """`.netrc` lines and XML elements (name/value pairs and command flags are read by
+    `_assignments`, at their operator)."""
+    text = v.text
+    # `password` stands as a word of its own in a `.netrc` line: a look-up in the text's words
+    # (which the injection detectors list anyway), not a pass over the text.
+    if b"password" in v.words:
+        backwards = Backwards(text)
         for m in _NETRC_VALUE.finditer(text):
-            if _NETRC_BEFORE.search(text, max(0, m.start() - 300), m.start()):
-                _judge(text, m.start(1), m.group(1), _name_facts("drowssap", None), out)
-    if "</" in text:
+            if backwards.match(_NETRC_BEFORE, m.start(), 340):
+                _judge(text, m.start(1), m.group(1), _PASSWORD_NAME, out)
+    if "<" in text and "</" in text:  # (a `memchr` first: prose seldom has `<`)
         for m in _XML_ELEMENT.finditer(text):
             name = m.group(1).rsplit(":", 1)[-1]
             if name.lower() not in ("key", "keys"):  # a plist's `<key>` names the next value
                 _judge(text, m.start(2), m.group(2), _name_facts(name[::-1], None), out)
-    if "value" in text:
-        backwards = Backwards(text)
-        for m in _VALUE_OP.finditer(text):
-            value = _VALUE.match(text, m.end())
-            if value is None or value.end() - value.start() < 8:
-                continue
-            name = backwards.match(_REVERSED_KEY_NAME, m.start(), 200)
-            if name is not None:
-                raw = value.group().rstrip(".,:;!?")
-                _judge(text, value.start(), raw, _name_facts(name.group(1), None), out)
-    if "-u" in text or "--auth" in text:
-        for m in _CLI_USER.finditer(text):
-            if m.start() == 0 or text[m.start() - 1].isspace():
-                _judge(text, m.start(1), m.group(1), _name_facts("drowssap", None), out)
 
 
 def _secret_like(value: str, strict: bool = False, password: bool = False) -> bool:
@@ -853,7 +870,7 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
             continue  # an excerpt (`…6wqX6f…`) is not a usable credential
         _context_or_entropy(v, start, end, out)
     _assignments(text, out)  # last: overlaps with the above are resolved by rank
-    _other_formats(text, out)
+    _other_formats(v, out)
     return [
         f
         for f in out
