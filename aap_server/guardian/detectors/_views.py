@@ -144,6 +144,14 @@ class TextViews:
             self._words = set(ascii_lower.translate(NON_LETTERS_TO_SPACE).split())
         return self._words
 
+    def may_hold_word(self, word: str) -> bool:
+        """Whether `word` (lower-case ASCII letters) may stand in the text as a word of its
+        own: a look-up in `words` when they are listed already, else a search of the text
+        for it in lower case (cheaper than listing the words)."""
+        if self._words is not None:
+            return word.encode("ascii") in self._words
+        return word in self.text
+
     # --- the normalised view ------------------------------------------------------------------
 
     @property

@@ -260,7 +260,7 @@ _TASK_AT = re.compile(
 )
 
 
-def scan_directives(v: TextViews, *, joined: bool = True) -> list[Finding]:
+def scan_directives(v: TextViews, *, joined: bool = False) -> list[Finding]:
     """Every instruction aimed at the AI in the text (see the module's docstring).
 
     Each pattern starts with a trigger word, found with `str.find` (C speed) and tried only
@@ -268,8 +268,7 @@ def scan_directives(v: TextViews, *, joined: bool = True) -> list[Finding]:
     sentences only where a line or sentence starts with a word that can open one. So the
     cost is a few passes over the text plus work at the few places that matter. A trigger
     joined to the words around it (`important_message_from`) is tried again in a window of
-    the text read with its joints as spaces (`_views.spaced_words`; not if `joined` is
-    false)."""
+    the text read with its joints as spaces (`_views.spaced_words`), with `joined`."""
     text, lower = v.text, v.lower
     words = v.words
     ascii = lower.isascii()

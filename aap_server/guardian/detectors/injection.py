@@ -173,7 +173,9 @@ def _present_anchors(v: TextViews) -> Iterable[str]:
     return [anchor for anchor, encoded in _ANCHOR_BYTES if encoded in joined]
 
 
-def _overrides(v: TextViews, *, joined: bool = True) -> list[Finding]:
+def _overrides(v: TextViews, *, joined: bool = False) -> list[Finding]:
+    """Override phrases in the anchors' windows; with `joined`, also in those windows read
+    with their joints as spaces (`ignore_all_previous_instructions`)."""
     text, lower = v.text, v.lower
     windows: list[tuple[int, int]] = []
     for anchor in _present_anchors(v):
@@ -401,5 +403,6 @@ def scan_injection_views(v: TextViews) -> list[Finding]:
     normalised view (so a soft hyphen, a zero-width space or a Cyrillic look-alike inside
     "ignore" does not hide it)."""
     n = v.normal
-    found = _overrides(n) + _role_spoofs(n.text, n.lower) + _encoded(n) + scan_directives(n)
+    found = _overrides(n, joined=True) + _role_spoofs(n.text, n.lower) + _encoded(n)
+    found += scan_directives(n, joined=True)
     return v.to_original(found) + _hidden(v.text)

@@ -787,8 +787,8 @@ def _other_formats(v: TextViews, out: list[Finding]) -> None:
     `_assignments`, at their operator)."""
     text = v.text
     # `password` stands as a word of its own in a `.netrc` line: a look-up in the text's words
-    # (which the injection detectors list anyway), not a pass over the text.
-    if b"password" in v.words:
+    # when the injection detectors have listed them, not a pass over the text.
+    if v.may_hold_word("password"):
         backwards = Backwards(text)
         for m in _NETRC_VALUE.finditer(text):
             if backwards.match(_NETRC_BEFORE, m.start(), 340):

@@ -37,10 +37,7 @@ def _unfiltered(text: str) -> list[tuple[int, int]]:
 
 
 def _found(text: str) -> list[tuple[int, int]]:
-    """What the prefiltered scan finds (without the windows read with joined words as
-    spaced ones, which find more: `test_views.py`)."""
-    views = TextViews(text)
-    return sorted((f.start, f.end) for f in directives.scan_directives(views, joined=False))
+    return sorted((f.start, f.end) for f in directives.scan_directives(TextViews(text)))
 
 
 def test_prefilter_finds_what_every_trigger_finds() -> None:

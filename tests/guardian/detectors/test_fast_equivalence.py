@@ -297,8 +297,7 @@ def test_override_anchors_of_short_and_long_texts_lead_to_every_phrase(padding: 
         views = TextViews(text).normal
         lower = views.lower
         expected = [m.span() for m in injection._override_matches(lower, 0, len(lower))]
-        found_here = injection._overrides(views, joined=False)  # (joined words: test_views)
-        assert [(f.start, f.end) for f in found_here] == expected, text
+        assert [(f.start, f.end) for f in injection._overrides(views)] == expected, text
         found += bool(expected)
     assert found > 200
 
