@@ -33,8 +33,13 @@ patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are 
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
 (`_views.normalise`: invisible characters dropped, NFKC, accents and combining marks
 folded, look-alikes of Latin letters folded), so a soft
-hyphen or a Cyrillic `e` (U+0435) inside a word does not hide it. Not handled: digit or spaced-out
-spellings ("ign0re", "i g n o r e").
+hyphen or a Cyrillic `e` (U+0435) inside a word does not hide it. Phrases need ASCII word
+boundaries only (`请Ignore all previous instructions并` is one). Words joined by `_`, `+`, `%20`,
+`&nbsp;`, `.` or `-` between letters, or camelCase (`ignore_all_previous_instructions`,
+`IgnoreAllPreviousInstructions`) are read as spaced in the anchors' (and, for directives, the
+glued triggers') windows where such joints are (`_views.spaced_words`; a name used as code,
+before `:`, `=` or `(`, is left alone). Not handled: digit or spaced-out spellings ("ign0re",
+"i g n o r e").
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ OTHER_IDS: dict[str, str] = {
     "secret.http_basic_auth": "HTTP Basic credentials (base64 user:password after `Basic`)",
     "secret.bearer_token": "opaque token after `Bearer`",
     "secret.assignment": "value of a key, token, secret or password named as such (assignments,"
-    " headers, .npmrc/.pypirc lines)",
+    " headers, .npmrc/.pypirc lines, .netrc lines, XML elements, name/value pairs, curl -u)",
     "secret.entropy": "high-entropy fallback",
     **{id: d for id, d in KEYWORD_IDS.items() if id not in {f.id for f in FORMATS}},
 }
