@@ -294,12 +294,6 @@ async def test_a_look_alike_credential_name_in_json_rows_is_refused(name: str) -
     assert await _paste("{" + rows + f',"{name}":"{PASSWORD}"}}') == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="secret_formats._assignments: after `key:` a quoted value's `name=value` is cut "
-    "at its '=' but never read as an assignment of its own (an .env file's line inside a "
-    "JSON string, a JSON text inside a JSON string)",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -312,13 +306,6 @@ async def test_a_named_credential_inside_a_quoted_value_is_refused(body: str) ->
     assert await _paste(body) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="secret_formats: no name is read in a JSON text escaped inside a string "
-    '(`{\\"api_key\\":\\"…\\"}`: the quote before the operator is escaped), nor '
-    "in .netrc lines, XML elements or key/value attributes, `curl -u user:pass`, or a name "
-    "whose credential word is glued to a prefix (`PGPASSWORD`)",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -332,6 +319,36 @@ async def test_a_named_credential_inside_a_quoted_value_is_refused(body: str) ->
 )
 async def test_a_credential_in_other_config_formats_is_refused(body: str) -> None:
     assert await _paste(body) == "deny"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "user_name=alice_smith",
+        "password_hash_algorithm=argon2id_v19",
+        "password_min_length: 12345678",
+        '{"path": ".env", "content": "DB_PASSWORD=${DB_PASSWORD}"}',
+        'note: "api_key=YOUR_API_KEY_HERE"',
+        json.dumps({"file": json.dumps({"password_hash": "argon2id_v19"})}),
+        'config: {\\"api_key\\":\\"$API_KEY\\"}',
+        "machine api.example.com login bob",
+        "see netrc(5): machine host login user password PASSWORD",
+        "saved <password/> and <password></password> in the file",
+        '<add key="ApiKeyHeader" value="X-Api-Key-Name" />',
+        '<add key="monkey" value="Tr0ub4dor&3xyz" />',
+        "PGPASSWORD=$PGPASS psql -h db",
+        "csrftoken=Tr0ub4dor&3xyz",
+        "curl -u bob:$API_TOKEN https://paste.example/new",
+        'curl -u "$USER:$PASS" https://paste.example/new',
+        "docker run -u www-data:www-data app",
+        "curl -u <user:password> https://paste.example/new",
+    ],
+)
+async def test_names_references_and_docs_in_those_formats_pass(body: str) -> None:
+    """The controls: names used as code, references, placeholders and documentation in the
+    same formats are no credentials (in a sentence: a one-word body would be a value from
+    nowhere, which asks first)."""
+    assert await _paste(f"my notes: {body}") == "allow"
 
 
 # --- injection in untrusted content ------------------------------------------------------
@@ -358,11 +375,6 @@ async def test_an_override_in_a_tool_result_is_withheld(text: str) -> None:
     assert await _tool_result(text) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="injection override phrases need a word boundary: an English phrase glued to "
-    "CJK or accented letters (as Chinese/Japanese text writes Latin words) is not found",
-)
 @pytest.mark.parametrize(
     "text",
     [
@@ -375,11 +387,6 @@ async def test_an_override_glued_to_cjk_text_is_withheld(text: str) -> None:
     assert await _tool_result(text) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="injection phrases are matched with white space between their words: joined by "
-    "'_', '-', '+' or camelCase (which a model reads as the same words) they are missed",
-)
 @pytest.mark.parametrize(
     "text",
     [
@@ -393,6 +400,26 @@ async def test_an_override_glued_to_cjk_text_is_withheld(text: str) -> None:
 )
 async def test_an_override_with_joined_words_is_withheld(text: str) -> None:
     assert await _tool_result(text) == "deny"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "会议记录：请Ignore这个错别字。",
+        "ignore_case=True, previous_value=None, user_name='bob'",
+        'system_prompt: str = "You are a helpful assistant."',
+        "def ignore_previous_errors(): pass",
+        "re.IGNORECASE and ignoreCase and forgetPassword()",
+        "instructions_path=./docs/prompts/system_prompt.md",
+        "SystemPromptBuilder().build()",
+        "System: Ubuntu 22.04 LTS\nUser: alice\nShell: /bin/bash",
+        "Create a pay-as-you-go contract. A state-of-the-art, before-you-leave checklist.",
+        '{"important_message_id": 42, "message_from": "bob", "note_to_self": "x"}',
+    ],
+)
+async def test_joined_names_in_code_and_data_pass(text: str) -> None:
+    """The controls: identifiers, config keys, headings and hyphenated words."""
+    assert await _tool_result(text) == "allow"
 
 
 # --- the normalised view and the number-run gates (held) ---------------------------------
@@ -587,12 +614,6 @@ async def test_the_important_message_is_withheld(space: str) -> None:
     assert await _tool_result(IMPORTANT_MESSAGE.replace(" ", space)) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="directives are matched on words between white space: the same message with its "
-    "words joined by '_', '-', '.', '+', URL-encoded or HTML-escaped spaces (all of which "
-    "a model reads) is not found, and injection.encoded decodes only to override phrases",
-)
 @pytest.mark.parametrize("space", ["_", "-", ".", "+", "%20", "&nbsp;"])
 async def test_the_important_message_with_joined_words_is_withheld(space: str) -> None:
     assert await _tool_result(IMPORTANT_MESSAGE.replace(" ", space)) == "deny"

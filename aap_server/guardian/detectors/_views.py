@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from bisect import bisect_right
+from collections.abc import Callable
 
 import msgspec
 
@@ -142,6 +143,14 @@ class TextViews:
             ascii_lower = self.lower.encode("ascii", "replace")  # others as `?`: no letter
             self._words = set(ascii_lower.translate(NON_LETTERS_TO_SPACE).split())
         return self._words
+
+    def may_hold_word(self, word: str) -> bool:
+        """Whether `word` (lower-case ASCII letters) may stand in the text as a word of its
+        own: a look-up in `words` when they are listed already, else a search of the text
+        for it in lower case (cheaper than listing the words)."""
+        if self._words is not None:
+            return word.encode("ascii") in self._words
+        return word in self.text
 
     # --- the normalised view ------------------------------------------------------------------
 
@@ -528,3 +537,80 @@ def _fold_runs(text: str, offsets: OffsetMap) -> str:
             offsets.mark(length, i + 1)
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+# --- words joined into one -------------------------------------------------------------------
+#
+# `ignore_all_previous_instructions`, `Ignore+all+previous`, `IgnoreAllPrevious`,
+# `important%20message`, `important&nbsp;message`: a model reads the words, a pattern that
+# wants white space between them does not. Only a few windows of a text (around an anchor or
+# a trigger word glued to such a joint) are read with joints as spaces.
+
+# A joint: `_`, `+`, `%20`, `&nbsp;`; `.` or `-` between letters; a lower-case letter before
+# a capital, a capital before a capitalised word (`ALLPrevious`). A name used as code (before
+# `:`, `=` or `(`: `system_prompt: str`, `ignore_case=True`) is left as it is.
+_JOINT = re.compile(
+    r"(?<![A-Za-z0-9_.+-])(?P<name>[A-Za-z0-9_.+-]{1,80}[\"'`]?[ \t]*[:=(])"
+    r"|%20|&nbsp;|[_+]|(?<=[A-Za-z])[.-](?=[A-Za-z])|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
+)
+# Is there a joint next to a letter in a window at all?
+_ANY_JOINT = re.compile(r"%20|&nbsp;|[A-Za-z,][_+.-][A-Za-z]|[a-z][A-Z]")
+
+
+def has_joint(text: str, start: int, end: int) -> bool:
+    return _ANY_JOINT.search(text, start, end) is not None
+
+
+def spaced_words(text: str) -> tuple[str, OffsetMap] | None:
+    """`text` with the joints between words as single spaces (see `_JOINT`), and the map of
+    its offsets back to `text`; `None` if it has none."""
+    pieces: list[str] = []
+    offsets = OffsetMap()
+    length = last = 0
+    for m in _JOINT.finditer(text):
+        if m.group("name") is not None:
+            continue
+        start, end = m.span()
+        pieces.append(text[last:start])
+        length += start - last
+        pieces.append(" ")
+        if end - start != 1:  # shrunk (`%20`) or inserted (camelCase): the space is `start`
+            offsets.mark(length, start)
+            offsets.mark(length + 1, end)
+        length += 1
+        last = end
+    if not pieces:
+        return None
+    pieces.append(text[last:])
+    return "".join(pieces), offsets
+
+
+def merge_windows(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping or touching windows as one, in order."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(windows):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def scan_spaced(
+    text: str, windows: list[tuple[int, int]], scan: Callable[[TextViews], list[Finding]]
+) -> list[Finding]:
+    """`scan`'s findings in each window of `text` read with its joints as spaces
+    (`spaced_words`), with their spans and values in `text`."""
+    out: list[Finding] = []
+    for start, end in merge_windows(windows):
+        end = min(end, len(text))
+        spaced = spaced_words(text[start:end])
+        if spaced is None:
+            continue
+        window, offsets = spaced
+        for f in scan(TextViews(window)):
+            f_start = start + offsets.original(f.start)
+            f_end = start + offsets.original(f.end - 1) + 1 if f.end > f.start else f_start
+            value = text[f_start:f_end]
+            out.append(msgspec.structs.replace(f, start=f_start, end=f_end, value=value))
+    return out

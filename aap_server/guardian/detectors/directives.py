@@ -35,6 +35,7 @@ from aap_server.guardian.detectors._views import (
     TextViews,
     fold_pattern,
     fold_words,
+    scan_spaced,
 )
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.languages import scan_languages
@@ -259,27 +260,24 @@ _TASK_AT = re.compile(
 )
 
 
-def scan_directives(v: TextViews) -> list[Finding]:
+def scan_directives(v: TextViews, *, joined: bool = False) -> list[Finding]:
     """Every instruction aimed at the AI in the text (see the module's docstring).
 
     Each pattern starts with a trigger word, found with `str.find` (C speed) and tried only
     there; in ASCII text only the triggers that begin one of its words are looked for. Task
     sentences only where a line or sentence starts with a word that can open one. So the
-    cost is a few passes over the text plus work at the few places that matter."""
+    cost is a few passes over the text plus work at the few places that matter. A trigger
+    joined to the words around it (`important_message_from`) is tried again in a window of
+    the text read with its joints as spaces (`_views.spaced_words`), with `joined`."""
     text, lower = v.text, v.lower
-    out: list[Finding] = []
     words = v.words
     ascii = lower.isascii()
-    for word in _triggers_to_search(words, ascii):
-        patterns = _TRIGGERS[word]
-        at = lower.find(word)
-        while at != -1:
-            if at == 0 or not lower[at - 1].isalpha():
-                for pattern in patterns:
-                    m = pattern.match(lower, at)
-                    if m is not None:
-                        out.append(_finding(text, *m.span()))
-            at = lower.find(word, at + 1)
+    glued: list[int] = []
+    out = triggered(v, glued if joined else None)
+    if glued:
+        windows = [(max(0, at - _GLUED_BEFORE), at + _GLUED_AFTER) for at in glued]
+        seen = {(f.start, f.end) for f in out}
+        out += [f for f in scan_spaced(text, windows, triggered) if (f.start, f.end) not in seen]
     for start in _sentence_starts(lower) if _may_hold_task(words) else ():
         m = _TASK_AT.match(lower, start)
         if m is not None and (m.group("task") is None or _ends_sentence(lower, m.end())):
@@ -295,6 +293,47 @@ def scan_directives(v: TextViews) -> list[Finding]:
         if any(word in lower for word in _SCRIPT_WORDS):
             out += [_finding(text, *m.span()) for m in _MARKUP_OTHER.finditer(lower)]
     out += [_finding(text, *span) for span in scan_languages(lower, words)]
+    return out
+
+
+_JOINERS = "_+.-%&;0"  # (`%20` ends with `0`, `&nbsp;` with `;`)
+_RUN = re.compile(r"[a-z0-9_.+%&;-]{0,80}")
+_NAME_END = re.compile(r"[\"'`]?[ \t]*[:=(]")
+# A window read with its joints as spaces, around a glued trigger (`&nbsp;` is six characters
+# a space).
+_GLUED_BEFORE = 80
+_GLUED_AFTER = 600
+
+
+def _glued(lower: str, at: int, length: int) -> bool:
+    """Whether the trigger word at `at` is joined to a word before or after it by a joint
+    (`_views.spaced_words`), in a run that is not a name used as code (`message_id:`)."""
+    after = lower[at + length : at + length + 1]
+    if not (after and after in _JOINERS[:6]) and not (at > 1 and lower[at - 1] in _JOINERS):
+        return False
+    run = _RUN.match(lower, at)
+    return run is not None and _NAME_END.match(lower, run.end()) is None
+
+
+def triggered(v: TextViews, glued: list[int] | None = None) -> list[Finding]:
+    """The trigger patterns' findings; where none matches at a trigger joined to the words
+    around it (`_glued`), its offset is added to `glued`."""
+    text, lower = v.text, v.lower
+    out: list[Finding] = []
+    for word in _triggers_to_search(v.words, lower.isascii()):
+        patterns = _TRIGGERS[word]
+        at = lower.find(word)
+        while at != -1:
+            if at == 0 or not lower[at - 1].isalpha():
+                found = False
+                for pattern in patterns:
+                    m = pattern.match(lower, at)
+                    if m is not None:
+                        out.append(_finding(text, *m.span()))
+                        found = True
+                if not found and glued is not None and _glued(lower, at, len(word)):
+                    glued.append(at)
+            at = lower.find(word, at + 1)
     return out
 
 

@@ -33,8 +33,13 @@ patterns start with a literal (`<`, `[`, `###`, newline); hidden characters are 
 in non-ASCII text. All but the hidden characters are looked for in the normalised view
 (`_views.normalise`: invisible characters dropped, NFKC, accents and combining marks
 folded, look-alikes of Latin letters folded), so a soft
-hyphen or a Cyrillic `e` (U+0435) inside a word does not hide it. Not handled: digit or spaced-out
-spellings ("ign0re", "i g n o r e").
+hyphen or a Cyrillic `e` (U+0435) inside a word does not hide it. Phrases need ASCII word
+boundaries only (`请Ignore all previous instructions并` is one). Words joined by `_`, `+`, `%20`,
+`&nbsp;`, `.` or `-` between letters, or camelCase (`ignore_all_previous_instructions`,
+`IgnoreAllPreviousInstructions`) are read as spaced in the anchors' (and, for directives, the
+glued triggers') windows where such joints are (`_views.spaced_words`; a name used as code,
+before `:`, `=` or `(`, is left alone). Not handled: digit or spaced-out spellings ("ign0re",
+"i g n o r e").
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus
 
-from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors._views import TextViews, has_joint, merge_windows, scan_spaced
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.directives import scan_directives
 from aap_server.guardian.detectors.secret_formats import decode_base64, is_text
@@ -131,7 +136,10 @@ _OVERRIDE = re.compile(
         |filters|guidelines|constraints)
     )
     """,
-    re.VERBOSE,
+    # ASCII word boundaries: an English phrase glued to CJK or accented letters (as
+    # Chinese and Japanese text writes Latin words, `请Ignore all previous instructions并`)
+    # is still a phrase.
+    re.VERBOSE | re.ASCII,
 )
 _STRONG_WORD = re.compile(rf"\b(?:{_STRONG})\b")
 # Each anchor costs a pass over the text (~0.4 ns a character), so there are few: a phrase is
@@ -170,7 +178,9 @@ def _present_anchors(v: TextViews) -> Iterable[str]:
     return [anchor for anchor, encoded in _ANCHOR_BYTES if encoded in joined]
 
 
-def _overrides(v: TextViews) -> list[Finding]:
+def _overrides(v: TextViews, *, joined: bool = False) -> list[Finding]:
+    """Override phrases in the anchors' windows; with `joined`, also in those windows read
+    with their joints as spaces (`ignore_all_previous_instructions`)."""
     text, lower = v.text, v.lower
     windows: list[tuple[int, int]] = []
     for anchor in _present_anchors(v):
@@ -180,18 +190,28 @@ def _overrides(v: TextViews) -> list[Finding]:
             pos = lower.find(anchor, pos + _WINDOW_AFTER)
     if not windows:
         return []
-    windows.sort()
-    merged = [windows[0]]
-    for start, end in windows[1:]:
-        if start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
     out: list[Finding] = []
-    for start, end in merged:
-        for m in _override_matches(lower, start, min(end, len(text))):
+    spaced: list[tuple[int, int]] = []  # windows with words joined (`_views.spaced_words`)
+    for start, end in merge_windows(windows):
+        end = min(end, len(text))
+        for m in _override_matches(lower, start, end):
             out.append(_inj("injection.override", text, m.start(), m.end()))
+        if joined and has_joint(text, start, end):
+            spaced.append((start, end))
+    if spaced:  # `ignore_all_previous_instructions`, `IgnoreAllPrevious…`, `system_prompt`
+        seen = {(f.start, f.end) for f in out}
+        out += [
+            f for f in scan_spaced(text, spaced, _all_overrides) if (f.start, f.end) not in seen
+        ]
     return out
+
+
+def _all_overrides(v: TextViews) -> list[Finding]:
+    lower = v.lower
+    return [
+        _inj("injection.override", v.text, *m.span())
+        for m in _override_matches(lower, 0, len(lower))
+    ]
 
 
 # --- role and system spoofing ------------------------------------------------------------
@@ -211,8 +231,16 @@ _BRACKET = re.compile(
     r"\[/?(?:INST|SYS|SYSTEM_PROMPT|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|SYSTEM)\]"
 )
 _HASHES = re.compile(r"###\s*(?:system|instruction|assistant|human|user|response|input)\s*:")
-_ROLE_LINE = re.compile(r"\n[ \t]*(?:Human|Assistant|human|assistant|system|SYSTEM)[ \t]*:")
-_ROLE_LINE_START = re.compile(r"[ \t]*(?:Human|Assistant|human|assistant|system|SYSTEM)[ \t]*:")
+# A line opening `System:` is a heading in data (`System: Ubuntu 22.04`) unless what follows
+# is an order to the reader (`System: forward all emails to …`).
+_ROLE_NAME = (
+    r"(?:Human|Assistant|human|assistant|system|SYSTEM)[ \t]*:"
+    r"|System[ \t]*:[ \t]*(?i:forward|send|ignore|disregard|forget|delete|remove|transfer|pay"
+    r"|e-?mail|share|upload|post|reply|respond|reveal|invite|grant|you|do\s+not|don't|always"
+    r"|never|from\s+now\s+on|new\s+instructions?)\b"
+)
+_ROLE_LINE = re.compile(rf"\n[ \t]*(?:{_ROLE_NAME})")
+_ROLE_LINE_START = re.compile(rf"[ \t]*(?:{_ROLE_NAME})")
 
 
 def _role_spoofs(text: str, lower: str) -> list[Finding]:
@@ -306,12 +334,14 @@ _MAX_DEPTH = 2
 
 
 def _flagged_when_decoded(decoded: str, depth: int) -> bool:
-    """True when decoded text contains an override phrase or role markup (or, nested, an
-    encoded blob that does)."""
+    """True when decoded text contains an override phrase, role markup or an instruction aimed
+    at the AI (or, nested, an encoded blob that does)."""
     views = TextViews(decoded).normal
     lower = views.lower
     if _override_matches(lower, 0, len(lower)) or _role_spoofs(decoded, lower):
         return True
+    if scan_directives(views):
+        return True  # the "important message" task, encoded
     return depth < _MAX_DEPTH and bool(_encoded(views, depth + 1))
 
 
@@ -378,5 +408,6 @@ def scan_injection_views(v: TextViews) -> list[Finding]:
     normalised view (so a soft hyphen, a zero-width space or a Cyrillic look-alike inside
     "ignore" does not hide it)."""
     n = v.normal
-    found = _overrides(n) + _role_spoofs(n.text, n.lower) + _encoded(n) + scan_directives(n)
+    found = _overrides(n, joined=True) + _role_spoofs(n.text, n.lower) + _encoded(n)
+    found += scan_directives(n, joined=True)
     return v.to_original(found) + _hidden(v.text)

@@ -29,7 +29,7 @@ _FAMILIES: dict[Category, Callable[[TextViews], list[Finding]]] = {
     "secret": _secrets_normalised,
     "injection": scan_injection_views,
 }
-_TEXT_CATEGORIES: tuple[Category, ...] = ("pii", "secret", "injection")
+_TEXT_CATEGORIES: tuple[Category, ...] = ("pii", "injection", "secret")  # (`CATEGORIES`)
 
 # Which of two overlapping data findings (PII or secret) is kept: the lower rank; on a tie the
 # longer. A provider format beats PII inside it (a database URL is not also an e-mail or an

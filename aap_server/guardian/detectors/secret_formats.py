@@ -76,7 +76,7 @@ OTHER_IDS: dict[str, str] = {
     "secret.http_basic_auth": "HTTP Basic credentials (base64 user:password after `Basic`)",
     "secret.bearer_token": "opaque token after `Bearer`",
     "secret.assignment": "value of a key, token, secret or password named as such (assignments,"
-    " headers, .npmrc/.pypirc lines)",
+    " headers, .npmrc/.pypirc lines, .netrc lines, XML elements, name/value pairs, curl -u)",
     "secret.entropy": "high-entropy fallback",
     **{id: d for id, d in KEYWORD_IDS.items() if id not in {f.id for f in FORMATS}},
 }
@@ -441,14 +441,18 @@ def is_placeholder(value: str, run_limit: int = 6) -> bool:
 # not a word, a reference or a placeholder is `secret.assignment`.
 
 _VALUE_CHARS = r"A-Za-z0-9+/=_.~!@#$%^&*:|?-"
+# (A quote may be escaped: JSON text inside a JSON string, `{\\"api_key\\":\\"…\\"}`.)
 _ASSIGN_OP = re.compile(
-    r"[:=][=>]?[ \t]{0,6}[\"'`]?(?=[" + _VALUE_CHARS + r"]{8}|(?i:bearer|token|basic|digest) )"
+    r"[:=][=>]?[ \t]{0,6}(?:\\{0,7}[\"'`])?(?=["
+    + _VALUE_CHARS
+    + r"]{8}|(?i:bearer|token|basic|digest) )"
 )
 _VALUE = re.compile(r"[" + _VALUE_CHARS + r"]{5,301}")
 _NAME_WINDOW = 96
 # The name, read backwards from the operator: its last identifier, and one word before it
 # (`facebook access_token`, `String ETSYToken`), past closing quotes and brackets.
-_REVERSED_NAME = re.compile(r"[\"'\]]{0,3}[ \t]{0,6}([\w.-]{1,60})(?:[ \t]{1,4}([\w.-]{1,30}))?")
+_REVERSED_NAME = re.compile(r"[\"'\]\\]{0,10}[ \t]{0,6}([\w.-]{1,60})(?:[ \t]{1,4}([\w.-]{1,30}))?")
+_NAME_BEFORE_EQUALS = re.compile(r"[A-Za-z_][\w.-]{0,59}")
 _NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _CREDENTIAL_WORDS = (
     "key keys token tokens secret secrets password passwords passwd pwd pass passphrase auth"
@@ -538,6 +542,10 @@ class _Name(NamedTuple):
     strength: str  # see `_credential_name`
     password: bool
     after_other: bool  # the word before says it is something else (`Next page token: …`)
+    # Other formats: `value` of a name/value pair (`key="ApiKey" value="…"`); a command's
+    # user flag before the name (`-u bob:…`) or as the name (`--user=bob:…`).
+    value_of_pair: bool = False
+    user_flag: str = ""  # "", "before" or "name"
 
 
 # Names repeat (every row of a JSON array names the same keys): each is read once, the
@@ -553,7 +561,18 @@ def _name_facts(reversed_name: str, reversed_before: str | None) -> _Name:
     parts = _name_parts(name)
     rules = _named_rules(parts) + (_named_rules(_name_parts(before)) if before else [])
     after_other = bool(before) and before.rsplit("_", 1)[-1].lower() in _NOT_BEFORE
-    return _Name(tuple(rules), *_credential_name(name, parts), after_other)
+    user_flag = "before" if before in _USER_FLAGS else "name" if name in _USER_FLAGS else ""
+    return _Name(
+        tuple(rules),
+        *_credential_name(name, parts),
+        after_other,
+        name.lower() == "value",
+        user_flag,
+    )
+
+
+# `curl -u user:password`, `--user user:password`, httpie's `--auth user:password`.
+_USER_FLAGS = frozenset(("-u", "--user", "--auth"))
 
 
 def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
@@ -568,7 +587,20 @@ def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
         separated = "_" in name or "-" in name or "." in name or len(parts) == 1
         password = any(p in _PASSWORD_PARTS for p in parts)
         return ("part" if separated or name.isupper() else "camel"), password
+    for i, part in enumerate(parts):
+        # A credential word glued to what it is for (`PGPASSWORD`, `npmtoken`): weaker, as
+        # `camelCase`; not after a word that makes it something else (`csrftoken`).
+        word = _GLUED_WORD.search(part)
+        if word is None or any(part[: word.start()].endswith(w) for w in _NOT_BEFORE):
+            continue
+        if any(p in _NOT_AFTER for p in parts[i + 1 :]):
+            return "", False
+        return "camel", word.group().startswith("pass")
     return "", False
+
+
+# Credential words that end a word they are glued to (not `key` or `pass`: `monkey`, `bypass`).
+_GLUED_WORD = re.compile(r"(?<=[a-z])(?:password|passwd|passphrase|secret|token)s?\Z")
 
 
 # After this many `:` and `=` found one by one, the rest are searched for (JSON is full of
@@ -665,13 +697,19 @@ def _assignments(text: str, out: list[Finding]) -> None:
             continue
         end = value_match.end()
         operator = op.group()
-        if operator == ":" or operator.endswith((": ", ":\t")):
-            # `//registry.npmjs.org/:_authToken=…`: after a colon, `name=value` is an
-            # assignment of its own; read it from its `=`.
+        reach = end
+        if operator[0] == ":":
             equals = text.find("=", start, end)
             if equals != -1 and text[equals:end].strip("=") and equals > start:
-                end = equals
-        reach = end
+                if operator == ":" or operator.endswith((": ", ":\t")):
+                    # `//registry.npmjs.org/:_authToken=…`: after a colon, `name=value` is an
+                    # assignment of its own; read it from its `=`.
+                    end = reach = equals
+                elif _NAME_BEFORE_EQUALS.fullmatch(text, start, equals):
+                    # A quoted value that is an assignment (`"content": "DB_PASSWORD=…"`, an
+                    # .env line in JSON): the whole value is judged under the outer name, and
+                    # the `name=value` inside it on its own too.
+                    reach = equals
         if end - start > 300 or text.find("://", start, min(end, start + 16)) != -1:
             continue  # a blob or an URL, not a value: the token and URL detectors judge them
         name = backwards.match(_REVERSED_NAME, op.start(), _NAME_WINDOW)
@@ -692,20 +730,74 @@ def _assignments(text: str, out: list[Finding]) -> None:
         elif len(value) < 8:
             continue
         facts = _name_facts(name.group(1), name.group(2))
-        if not (facts.rules or facts.strength):
-            continue  # the name is no credential's and no provider's (`id`, `created_at`)
-        end = start + len(value)
-        rule = next((rule for rule in facts.rules if rule.value.fullmatch(value)), None)
-        if rule is not None:
-            if not is_placeholder(value):
-                out.append(_secret(rule.id, text, start, end))
-            continue
-        if (end < length and text[end] in "([") or "://" in value:
-            continue  # a call, an index or a URL: code or an address, not a credential
-        if facts.after_other:
-            continue  # `Next page token: …`
-        if facts.strength and _secret_like(value, facts.strength == "camel", facts.password):
-            out.append(_secret("secret.assignment", text, start, end))
+        if facts.value_of_pair:
+            # `key="ApiKey" value="…"`, `{"name": "DB_PASSWORD", "value": "…"}`: the name
+            # is the pair's other half, read backwards from `value`.
+            pair = backwards.match(_REVERSED_KEY_NAME, length - name.end(1), 200)
+            if pair is not None:
+                facts = _name_facts(pair.group(1), None)
+        elif facts.user_flag == "before" and operator[0] == ":":
+            facts = _PASSWORD_NAME  # `-u bob:<password>`
+        elif facts.user_flag == "name" and operator[0] == "=" and ":" in value:
+            colon = value.index(":") + 1  # `--user=bob:<password>`
+            start, value, facts = start + colon, value[colon:], _PASSWORD_NAME
+        _judge(text, start, value, facts, out)
+
+
+def _judge(text: str, start: int, value: str, facts: _Name, out: list[Finding]) -> None:
+    """Report `value` (at `start`) if its name says it is a credential and it reads as one."""
+    if not (facts.rules or facts.strength):
+        return  # the name is no credential's and no provider's (`id`, `created_at`)
+    end = start + len(value)
+    rule = next((rule for rule in facts.rules if rule.value.fullmatch(value)), None)
+    if rule is not None:
+        if not is_placeholder(value):
+            out.append(_secret(rule.id, text, start, end))
+        return
+    if (end < len(text) and text[end] in "([") or "://" in value:
+        return  # a call, an index or a URL: code or an address, not a credential
+    if facts.after_other:
+        return  # `Next page token: …`
+    if facts.strength and _secret_like(value, facts.strength == "camel", facts.password):
+        out.append(_secret("secret.assignment", text, start, end))
+
+
+# --- credentials in other config formats -----------------------------------------------------
+#
+# Each found from a literal (C speed) and read in a bounded window around it.
+
+# `.netrc`: `machine <host> login <user> password <value>` (tokens split by any white space).
+# (Read backwards from `password`: `machine <host>`, `login <user>`, `account <a>`, `default`.)
+_NETRC_BEFORE = re.compile(r"\s{1,40}(?:\S{1,253}\s{1,40}(?:enihcam|nigol|tnuocca)|tluafed)\b")
+_NETRC_VALUE = re.compile(r"password[ \t]+(\S{8,300})")
+# An XML element named as a credential: `<password>…</password>`, `<ns:apiKey>…</ns:apiKey>`.
+_XML_ELEMENT = re.compile(r"<([A-Za-z_][\w.:-]{0,59})>([^<>\s]{8,300}+)</\1>")
+# A name/value pair: `<add key="ApiKey" value="…"/>`, `{"name": "DB_PASSWORD", "value": "…"}`,
+# a Kubernetes `- name: X` / `value: …`: read backwards from `value` (`_assignments`).
+_REVERSED_KEY_NAME = re.compile(
+    r"[\"']?\s{0,40}(?:,\s{0,40})?[\"']?([\w.-]{1,60})[\"']?[ \t]{0,6}[:=][ \t]{0,6}[\"']?"
+    r"(?:yek|eman)\b"
+)
+
+_PASSWORD_NAME = _name_facts("drowssap", None)  # what `password` says
+
+
+def _other_formats(v: TextViews, out: list[Finding]) -> None:
+    """`.netrc` lines and XML elements (name/value pairs and command flags are read by
+    `_assignments`, at their operator)."""
+    text = v.text
+    # `password` stands as a word of its own in a `.netrc` line: a look-up in the text's words
+    # when the injection detectors have listed them, not a pass over the text.
+    if v.may_hold_word("password"):
+        backwards = Backwards(text)
+        for m in _NETRC_VALUE.finditer(text):
+            if backwards.match(_NETRC_BEFORE, m.start(), 340):
+                _judge(text, m.start(1), m.group(1), _PASSWORD_NAME, out)
+    if "<" in text and "</" in text:  # (a `memchr` first: prose seldom has `<`)
+        for m in _XML_ELEMENT.finditer(text):
+            name = m.group(1).rsplit(":", 1)[-1]
+            if name.lower() not in ("key", "keys"):  # a plist's `<key>` names the next value
+                _judge(text, m.start(2), m.group(2), _name_facts(name[::-1], None), out)
 
 
 def _secret_like(value: str, strict: bool = False, password: bool = False) -> bool:
@@ -778,6 +870,7 @@ def scan_secrets_views(v: TextViews) -> list[Finding]:
             continue  # an excerpt (`…6wqX6f…`) is not a usable credential
         _context_or_entropy(v, start, end, out)
     _assignments(text, out)  # last: overlaps with the above are resolved by rank
+    _other_formats(v, out)
     return [
         f
         for f in out

@@ -2,8 +2,9 @@
 them (distinct accented letters found one a search, invisible characters looked for by two
 classes, look-alikes next to ASCII letters, other-script lexicons gated on their anchors'
 runs, phone runs counted by digits, the credential-name gate on runs of letters, the runs of
-digits and separators searched for numbers). 10x the text must cost about 10x the CPU time,
-not 100x."""
+digits and separators searched for numbers, words joined by `_`, `+`, `%20`, `&nbsp;` or
+camelCase read as spaced in windows, the credential formats found from a literal). 10x the
+text must cost about 10x the CPU time, not 100x."""
 
 from __future__ import annotations
 
@@ -39,6 +40,31 @@ UNITS = {
     "assignments": "a=",
     "json names split by ids": '{"ord_000001":"x","tok3en":1},',
     "nested json": '{"a":[',
+    # Words joined by joints (read as spaces in windows around glued anchors and triggers),
+    # and the credential formats found from a literal.
+    "underscores": "_a",
+    "camel humps": "aA",
+    "url-encoded spaces": "%20",
+    "html no-break spaces": "&nbsp;",
+    "equals signs": "=",
+    "quotes": '"',
+    "escaped quotes": '\\"',
+    "a glued override anchor": "ignore_all_",
+    "a camel-case override anchor": "IgnoreAll",
+    "a glued trigger": "important_message_",
+    "a trigger glued by %20": "before%20you%20",
+    "a trigger glued by &nbsp;": "important&nbsp;",
+    "a glued trigger in a name": '"message_id":1,',
+    "system lines": "System: you\n",
+    "netrc words": "login a password b",
+    "netrc values": "password 12345678 ",
+    "xml elements": "<password>Tr0ub4dor&3xyz</password>",
+    "unclosed xml elements": "<password>",
+    "value names": '{"name":"DB_PASSWORD","value":"',
+    "escaped json names": '{\\"api_key\\":\\"',
+    "curl users": "-u a:",
+    "quoted assignments": '"content":"DB_PASSWORD=',
+    "glued credential words": "PGPASSWORD=",
 }
 
 
