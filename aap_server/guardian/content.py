@@ -38,7 +38,9 @@ CONTENT_PATHS: dict[str, list[tuple[str, ...]]] = {
 # values of the fields that name a part or an argument (`"kind": "text"`, an input's
 # `"name": "subject"`): they are keys in all but form.
 _NAMING_FIELDS = frozenset({"kind", "name"})
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,14}")
+# A key of letters and `_` only, and short, names a field (`kind`, `text`, `to`) and is not
+# scanned; any other key is content (an account or a number can stand as a key).
+_PLAIN_NAME = re.compile(r"[A-Za-z_]{1,15}")
 
 # Steps whose content comes from outside the agent's control.
 # Content from outside the user and the agent's instructions. Recalled memory is among it: it

@@ -312,7 +312,8 @@ class _Step:
     def call(self) -> Call:
         """The tool call's targets and values, for the provenance conditions."""
         if self._call is None:
-            self._call = call_of(self.view.arguments, self.tool_facts() or ToolFacts())
+            accounts = [f.value for f in self.findings if f.detector == "pii.iban"]
+            self._call = call_of(self.view.arguments, self.tool_facts() or ToolFacts(), accounts)
         return self._call
 
     def detector_names(self) -> set[str]:

@@ -525,9 +525,13 @@ def _target_words(text: str) -> list[list[int]]:
     return [[_print(w) for w in words if w]] if any(words) else []
 
 
-def call_of(arguments: dict[str, Any], tool: ToolFacts) -> Call:
-    """What provenance checks of a tool call: its targets and its one-word values."""
+def call_of(arguments: dict[str, Any], tool: ToolFacts, accounts: Iterable[str] = ()) -> Call:
+    """What provenance checks of a tool call: its targets and its one-word values.
+    `accounts`: the bank accounts found anywhere in the arguments (in a sentence, beside
+    another, as a key); each is a target of a consequential call, by its words as written."""
     targets: list[list[int]] = []
+    if tool.consequence is not None:
+        targets += [[_print(_normal(part)) for part in account.split()] for account in accounts]
     values: list[int] = []
     consequential = tool.consequence is not None
     for name, argument in arguments.items():

@@ -139,13 +139,6 @@ async def test_a_paying_call_to_the_mails_account_asks_first(arguments: dict[str
     assert await _call(guardian, make, "pay_invoice", arguments) == "require_approval"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance.call_of: a tool without declared targets has only its one-word "
-    "string arguments read as targets; an account in a sentence, beside a known one, or as "
-    "a dictionary key (`_leaves` yields values only) is never a target, and the IBAN "
-    "detectors' rule needs an unknown target too",
-)
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -160,6 +153,21 @@ async def test_a_paying_call_carrying_the_mails_account_anywhere_asks_first(
 ) -> None:
     guardian, make = await _after_untrusted_mail(PAY_RENT, NEW_DETAILS)
     assert await _call(guardian, make, "pay_invoice", arguments) == "require_approval"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"payee": USERS_IBAN, "note": f"rent to {USERS_IBAN} as every month"},
+        {"payee": {USERS_IBAN: 100}},
+    ],
+)
+async def test_a_paying_call_carrying_only_the_users_account_passes(
+    arguments: dict[str, Any],
+) -> None:
+    """The control: the accounts found anywhere are targets, known when the user gave them."""
+    guardian, make = await _after_untrusted_mail(PAY_RENT, "Your rent is due on the 1st.")
+    assert await _call(guardian, make, "pay_invoice", arguments) == "allow"
 
 
 def test_an_argument_given_twice_is_refused() -> None:
