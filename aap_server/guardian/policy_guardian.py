@@ -737,9 +737,7 @@ class PolicyGuardian(Guardian):
         trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
             view.execution_id
         )
-        if (
-            view.method in UNTRUSTED_METHODS or view.method == "steps/memoryContextRetrieval"
-        ) and not trusted_output:
+        if view.method in UNTRUSTED_METHODS and not trusted_output:
             # Private data the agent took in, not what the user typed (here or earlier, say
             # recalled from memory): sending the user's own address where asked is no leak.
             for finding in step.findings:

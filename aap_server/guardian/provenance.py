@@ -39,6 +39,7 @@ from typing import Any
 import msgspec
 
 from aap_server import aos
+from aap_server.guardian.detectors._views import INVISIBLE
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.policy import tool_name_matches
 
@@ -498,12 +499,8 @@ def _is_value(text: str) -> bool:
     return MIN_VALUE_CHARS <= len(text) <= MAX_VALUE_CHARS and _SPACE.search(text) is None
 
 
-# Characters a reader does not see (and IDNA mapping drops from a domain) go; the delimiters
-# of addresses in a list (`Bob <bob@x.example>, ...`) become spaces.
-_ADDRESS_VIEW = {
-    **dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u200e\u200f\u2060\ufeff")),
-    **dict.fromkeys(map(ord, "<>(),;[]"), " "),
-}
+# The delimiters of addresses in a list (`Bob <bob@x.example>, ...`), as spaces.
+_ADDRESS_DELIMITERS = str.maketrans("<>(),;[]", " " * 8)
 
 
 def _addresses(text: str) -> list[str]:
@@ -511,7 +508,7 @@ def _addresses(text: str) -> list[str]:
     around its `@` (a quoted local part or a second `@` hides another domain behind a known
     address: `"bob@known.example"@evil.example`), invisible characters out, normalised.
     Runs are cut by a C-level `split`: linear however the text is made."""
-    runs = text.translate(_ADDRESS_VIEW).split()
+    runs = INVISIBLE.sub("", text).translate(_ADDRESS_DELIMITERS).split()
     return [_normal(run) for run in runs if "@" in run and _EMAIL.search(run)]
 
 

@@ -77,15 +77,23 @@ async def _default_policy_harness(tmp_path: Path, model: TurnModel) -> AsyncIter
         yield Harness(base_url, client, ScriptedGuardian())
 
 
-async def _reply_to_what_is_the_key(tmp_path: Path, model: TurnModel, mode: str) -> str:
-    """The client's text of the turn, and the stored history, as one string."""
+async def turn_and_history(
+    tmp_path: Path, model: TurnModel, question: str, mode: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """One turn of the split agent in a new session: the client's text, and the history."""
     async with _default_policy_harness(tmp_path, model) as h:
         created = await h.client.post("/sessions", json={"agent": {"name": "split"}})
         assert created.status_code == 201, created.text
         session_id = created.json()["sessionId"]
-        turn = await run_turn(h, session_id, "What is the key?", mode)
+        turn = await run_turn(h, session_id, question, mode)
         assert turn.status == 200
-        return turn.text() + str(await history(h, session_id))
+        return turn.text(), await history(h, session_id)
+
+
+async def _reply_to_what_is_the_key(tmp_path: Path, model: TurnModel, mode: str) -> str:
+    """The client's text of the turn, and the stored history, as one string."""
+    seen, stored = await turn_and_history(tmp_path, model, "What is the key?", mode)
+    return seen + str(stored)
 
 
 @pytest.mark.parametrize("mode", MODES)

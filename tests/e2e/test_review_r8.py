@@ -18,8 +18,8 @@ from aap_server.agent import (
     ToolMessage,
     TurnModel,
 )
-from tests.e2e.guardian_helpers import MODES, history, run_turn
-from tests.e2e.test_review_r7 import _default_policy_harness
+from tests.e2e.guardian_helpers import MODES
+from tests.e2e.test_review_r7 import turn_and_history
 
 CARD_START, CARD_END = "4111 1111", " 1111 1111"
 KEY_START, KEY_END = "AKIA", "Z7Q3K5M2N8P4R6T1"
@@ -58,22 +58,17 @@ class CardAroundAHiddenCall(TurnModel):
 
 async def _turn(tmp_path: Path, model: TurnModel, mode: str) -> tuple[str, str]:
     """The client's text of the turn, and the stored history's assistant text."""
-    async with _default_policy_harness(tmp_path, model) as h:
-        created = await h.client.post("/sessions", json={"agent": {"name": "split"}})
-        assert created.status_code == 201, created.text
-        session_id = created.json()["sessionId"]
-        turn = await run_turn(h, session_id, "Which card do you have?", mode)
-        assert turn.status == 200
-        stored: list[str] = []
-        for message in await history(h, session_id):
-            content = message["content"]
-            if message["role"] != "assistant":
-                continue
-            if isinstance(content, str):
-                stored.append(content)
-            else:
-                stored += [block["text"] for block in content if block["type"] == "text"]
-        return turn.text(), "".join(stored)
+    seen, messages = await turn_and_history(tmp_path, model, "Which card do you have?", mode)
+    stored: list[str] = []
+    for message in messages:
+        content = message["content"]
+        if message["role"] != "assistant":
+            continue
+        if isinstance(content, str):
+            stored.append(content)
+        else:
+            stored += [block["text"] for block in content if block["type"] == "text"]
+    return seen, "".join(stored)
 
 
 @pytest.mark.parametrize("mode", MODES)

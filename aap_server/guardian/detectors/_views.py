@@ -220,6 +220,7 @@ _MARKS = (
     "\ufe20-\ufe2f"
 )
 _DROPPED = _INVISIBLE + _MARKS
+INVISIBLE = re.compile(f"[{_INVISIBLE}]+")  # (for readers outside the detectors)
 _DASHES = "\u2010-\u2015\u2043\u2212\u2e3a\u2e3b\ufe58\ufe63\uff0d"
 # Unicode spaces: NFKC turns most into U+0020; these it keeps or turns into other things.
 # Hangul fillers and the braille blank show as blank space: read as spaces, not dropped (dropped,
