@@ -18,11 +18,8 @@ import pytest
 from aap_server.agent import (
     Agent,
     AgentCapabilities,
-    AgentProvider,
     Empty,
     HistoryCapabilities,
-    LlmProvider,
-    ModelInfo,
     ModelOutput,
     ModelRequest,
     StreamCapabilities,
@@ -45,6 +42,7 @@ from aap_server.protocol import (
 from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
 from aap_server.runtime.views import none_answer
 from aap_server.store import SqliteSessionStore
+from tests.conftest import tiny_agent
 
 Respond = Callable[[ModelRequest], AsyncIterator[ModelOutput]]
 
@@ -62,12 +60,9 @@ class Scripted(TurnModel):
 
 
 def agent(model: TurnModel) -> Agent:
-    return Agent(
-        name="scripted",
-        version="1.0.0",
+    return tiny_agent(
+        "scripted",
         instructions="",
-        provider=AgentProvider(name="tests", url="https://example.invalid"),
-        model_info=ModelInfo(name="scripted", id="scripted-1", provider=LlmProvider(name="t")),
         model=model,
         capabilities=AgentCapabilities(
             stream=StreamCapabilities(delta=Empty(), message=Empty(), none=Empty()),
