@@ -80,6 +80,12 @@ def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
         turn_id=f"turn_bench_{sample}",
         principal=Principal(user_id="bench", org_id="bench"),
     )
+    fresh = StepFactory(
+        agent=aos_agent(DEMO, []),
+        session_id=f"sess_bench_json_{sample // 10}",
+        turn_id=f"turn_bench_{sample}",
+        principal=Principal(user_id="bench", org_id="bench"),
+    )
     return {
         # A chat turn's two checks (issue 12's `none` turn): what a check costs beyond its
         # text, the fixed part.
@@ -94,6 +100,10 @@ def requests(sample: int = 0) -> dict[str, aos.AosRequest]:
         "tool result, 4 KB": steps.tool_call_result("call_1", prose(4096, sample), False),
         # The typical tool result is JSON: numbers, ids and `"key": value` pairs.
         "tool result, 4 KB JSON": steps.tool_call_result("call_1", json_text(sample), False),
+        # The same in sessions of 10 samples: their untrusted values (~150 a sample) all kept,
+        # so each is fingerprinted and kept (in the 200 samples' session above the oldest are
+        # forgotten from the 14th on, after which untrusted values are no longer looked up).
+        "4 KB JSON, memory not full": fresh.tool_call_result("call_1", json_text(sample), False),
         # The session now remembers untrusted text: a tool call's arguments are looked up
         # in that memory (`window_prints`), the common case after any untrusted read.
         "tool call after the result": steps.tool_call_request(

@@ -312,6 +312,10 @@ def instructions_of(request: aos.AosRequest) -> str:
     return (context.agent.instructions or "") if context is not None else ""
 
 
+# The steps other than tool results whose content is untrusted input.
+_UNTRUSTED_INPUT = ("steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A")
+
+
 class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
     """`Provenance` as stored with the session."""
 
@@ -387,13 +391,20 @@ class Provenance:
             changed = True
         elif isinstance(params, aos.ToolCallResultParams):
             trusted = self.calls.get(params.effective_execution_id or "", False)
-            target = self.trusted if trusted else self.untrusted
-            for text in texts:
-                changed |= target.add_all(words(text, not trusted))
-        elif method in ("steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A"):
+            if trusted or self._untrusted_read():
+                target = self.trusted if trusted else self.untrusted
+                for text in texts:
+                    changed |= target.add_all(words(text, not trusted))
+        elif method in _UNTRUSTED_INPUT and self._untrusted_read():
             for text in texts:
                 changed |= self.untrusted.add_all(words(text, True))
         return changed
+
+    def _untrusted_read(self) -> bool:
+        """Whether the untrusted values are still read: once some were forgotten
+        (`saturated`, for good), `only_untrusted` treats every value not from trusted input as
+        untrusted and looks none up, so more are neither fingerprinted nor kept."""
+        return not self.untrusted.saturated
 
     def _learn_instructions(
         self, context: aos.StepContext | None, words: Callable[[str, bool], list[int]]
