@@ -54,7 +54,7 @@ class Database:
         return SqliteSessionStore(self.sqlite, shared_leases=True)
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
     if request.param == "postgres":
         cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
