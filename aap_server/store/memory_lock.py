@@ -57,7 +57,10 @@ class KeyLocks(Generic[_K]):
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
-            async with asyncio.timeout_at(deadline):
+            if users:  # held or waited for: wait, at most until the deadline
+                async with asyncio.timeout_at(deadline):
+                    await lock.acquire()
+            else:  # a new lock: taken at once
                 await lock.acquire()
             try:
                 yield
