@@ -212,3 +212,53 @@ async def test_a_session_held_past_the_checks_budget_denies_and_a_killed_holder_
     verdict = await check_with_stored_memory(guardian(30.0), store, CALLER, mcp_result("hello"))
     assert verdict.decision == "allow"
     assert (await store.load_caller_memory(CALLER, "")).version == 1
+
+
+@pytest.mark.usefixtures("in_caller_scope")
+async def test_in_one_process_a_check_waits_for_the_sessions_holder_at_most_its_budget(
+    tmp_path: Path,
+) -> None:
+    store = SqliteSessionStore(str(tmp_path / "alone.db"))  # one worker: the process lock
+    await store.open()
+    try:
+        async with store.hold_caller_memory(CALLER, "", 60.0):
+            step = mcp_result("the weather service answered: sunny")
+            verdict = await check_with_stored_memory(guardian(0.05), store, CALLER, step)
+            assert verdict.decision == "deny"
+            assert verdict.reason_code == ["guardian.memory_unavailable"]
+        verdict = await check_with_stored_memory(guardian(0.05), store, CALLER, step)
+        assert verdict.decision == "allow"
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("in_caller_scope")
+async def test_a_replica_whose_lock_connection_dies_frees_the_session_and_goes_on(
+    postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    database = Database(postgres=postgres_cluster.database_for(tmp_path))
+    replica, other = database.store(), database.store()
+    await replica.open()
+    await other.open()
+    try:
+        async with replica.hold_caller_memory(CALLER, "", 60.0):
+            with pytest.raises(TimeoutError):
+                async with other.hold_caller_memory(CALLER, "", 0.2):
+                    pass
+            ended = postgres_cluster.psql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE query LIKE '%pg_try_advisory_lock%' AND pid <> pg_backend_pid()",
+                database.postgres.rsplit("/", 1)[1],
+            )
+            assert ended.strip() == "1"  # the holder's (the other's last statement let go)
+            # The other replica's next check connects again and finds the session free.
+            step = mcp_result("the weather service answered: sunny")
+            verdict = await check_with_stored_memory(guardian(30.0), other, CALLER, step)
+            assert verdict.decision == "allow"
+        # Letting go on a dead connection is no error; the replica holds the session again.
+        verdict = await check_with_stored_memory(guardian(30.0), replica, CALLER, step)
+        assert verdict.decision == "allow"
+        assert (await replica.load_caller_memory(CALLER, "")).version == 2
+    finally:
+        await replica.close()
+        await other.close()
