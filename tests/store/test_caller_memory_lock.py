@@ -91,7 +91,20 @@ def guardian(budget: float) -> FailClosed:
     return FailClosed(PolicyGuardian(parse_policy(READS_UNTRUSTED_LINES)), budget)
 
 
-async def _check_many(database: Database, worker: int, start: Barrier) -> list[list[str]]:
+SHARED = "sess_shared"  # the named session both workers' steps name (`named`)
+
+
+def step_of(worker: int, number: int, named: bool) -> aos.AosRequest:
+    """An MCP result (the caller's unnamed session), or a tool call in the named `SHARED`."""
+    if named:
+        make = steps(SHARED, f"turn_{worker}")
+        return make.tool_call_request(f"c{worker}_{number}", "search", {"q": line(worker, number)})
+    return mcp_result(line(worker, number), number)
+
+
+async def _check_many(
+    database: Database, worker: int, named: bool, start: Barrier
+) -> list[list[str]]:
     store = database.store()
     await store.open()
     try:
@@ -101,7 +114,7 @@ async def _check_many(database: Database, worker: int, start: Barrier) -> list[l
 
         async def one(number: int) -> list[str]:
             async with at_once:
-                step = mcp_result(line(worker, number), number)
+                step = step_of(worker, number, named)
                 verdict = await check_with_stored_memory(checker, store, CALLER, step)
                 return [] if verdict.decision == "allow" else list(verdict.reason_code or ["?"])
 
@@ -111,20 +124,21 @@ async def _check_many(database: Database, worker: int, start: Barrier) -> list[l
         await store.close()
 
 
-def check_many(database: Database, worker: int, start: Barrier, answers: Any) -> None:
-    """A worker process: its own store and guardian, many MCP steps of one caller at once."""
-    answers.put((worker, asyncio.run(_check_many(database, worker, start))))
+def check_many(database: Database, worker: int, named: bool, start: Barrier, answers: Any) -> None:
+    """A worker process: its own store and guardian, many steps of one session at once."""
+    answers.put((worker, asyncio.run(_check_many(database, worker, named, start))))
 
 
-async def test_workers_checking_one_callers_mcp_steps_at_once_deny_none_and_lose_nothing(
-    database: Database,
+@pytest.mark.parametrize("named", [False, True], ids=["mcp", "named-session"])
+async def test_workers_checking_one_sessions_steps_at_once_deny_none_and_lose_nothing(
+    database: Database, named: bool
 ) -> None:
     migrated = database.store()  # the schema first, then the workers open it at once
     await migrated.open()
     await migrated.close()
     start, answers = SPAWN.Barrier(WORKERS), SPAWN.Queue()
     workers = [
-        SPAWN.Process(target=check_many, args=(database, worker, start, answers))
+        SPAWN.Process(target=check_many, args=(database, worker, named, start, answers))
         for worker in range(WORKERS)
     ]
     for process in workers:
@@ -140,15 +154,19 @@ async def test_workers_checking_one_callers_mcp_steps_at_once_deny_none_and_lose
     assert denied == [], f"{len(denied)} of {WORKERS * STEPS_PER_WORKER} steps denied"
     assert [process.exitcode for process in workers] == [0] * WORKERS
 
-    # The stored memory holds what every step taught it: each step's untrusted line.
+    # The stored memory holds what every step taught it: each MCP step's untrusted line, or
+    # each tool call, counted.
     store = database.store()
     await store.open()
     try:
-        stored = await store.load_caller_memory(CALLER, "")
+        stored = await store.load_caller_memory(CALLER, SHARED if named else "")
     finally:
         await store.close()
     assert stored.memory is not None
     facts = SessionFacts.from_records([stored.memory, *stored.records])
+    if named:
+        assert facts.calls_in_session == WORKERS * STEPS_PER_WORKER
+        return
     taught = {
         print_
         for worker in range(WORKERS)
