@@ -4,7 +4,9 @@ Starts `aap-server serve` (SQLite in a temp folder) and times a small `steps/too
 on two sessions of one caller: one whose stored memory is small, and one that took in many
 untrusted tool results first (its memory near the per-session cap). Prints each session's
 stored memory size, the median and p99 of the step, and both against a `ping` (no guardian,
-no memory) measured in the same run.
+no memory) measured in the same run. Then, in this process, what holding a session for a
+check costs (`hold_caller_memory`): the lock file workers share against the process lock
+alone (one worker).
 
     python bench/aos_memory.py [--steps 200]
 """
@@ -12,6 +14,7 @@ no memory) measured in the same run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sqlite3
 import statistics
 import sys
@@ -23,6 +26,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from aap_server.store import SqliteSessionStore
 from bench._common import p99, start_server
 from tests.e2e.test_review_findings import aos_send_email, aos_tool_result, in_session
 
@@ -42,6 +46,22 @@ def timed(client: httpx.Client, body: Any, count: int) -> list[float]:
         times.append(time.perf_counter() - started)
         assert response.status_code == 200, response.text
     return times
+
+
+async def hold_times(folder: str, shared: bool, count: int) -> list[float]:
+    """Seconds to take and let go of one session's memory, uncontended, `count` times."""
+    store = SqliteSessionStore(str(Path(folder) / "hold.db"), shared_leases=shared)
+    await store.open()
+    try:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            async with store.hold_caller_memory("aos:alice", "", 2.0):
+                pass
+            times.append(time.perf_counter() - started)
+        return times
+    finally:
+        await store.close()
 
 
 def main() -> None:
@@ -87,6 +107,14 @@ def main() -> None:
         print(
             f"tool call, session memory {size / 1024:.0f} KiB: median {median * 1e3:.2f} ms "
             f"({median / base_median:.1f}x ping), p99 {p99(times) * 1e3:.2f} ms"
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        alone = asyncio.run(hold_times(folder, False, 20 * args.steps))
+        shared = asyncio.run(hold_times(folder, True, 20 * args.steps))
+    for name, times in (("process lock (one worker)", alone), ("lock file (workers)", shared)):
+        print(
+            f"holding a session, {name}: median {statistics.median(times) * 1e6:.1f} us, "
+            f"p99 {p99(times) * 1e6:.1f} us"
         )
 
 

@@ -8,11 +8,15 @@ records newer than that: usually none), hand them to the guardian (in the caller
 `CheckScope`), check, and if the guardian learned something, store what it learned (a change
 record, or now and then everything as a new snapshot) naming the version read. So a check
 costs what it reads and adds, not the session's whole memory. A save that finds a newer
-version (another replica checked a step of the same session meanwhile) writes nothing, and
-the step is checked again from the newer memory, at most `MEMORY_ATTEMPTS` times; in this
-process a session's checks run one at a time. Whatever goes wrong with the store
-(unreachable, still conflicting) is a `deny` (fail closed), as is memory the guardian cannot
-read, and a session pushed out of the caller's byte cap while tainted comes back tainted.
+version writes nothing, and the step is checked again from the newer memory, after a short
+jittered pause, at most `MEMORY_ATTEMPTS` times. That is rare: a check holds its session
+(`SessionStore.hold_caller_memory`: in this process, and across the processes sharing the
+store) from its read to its save, so two checks of one session never overlap, whichever
+worker or replica runs them; waiting for it is bounded by the guardian's timeout. MCP and
+A2A steps name no session: all those of a caller are one session, so they are checked one at
+a time. Whatever goes wrong with the store (unreachable, held too long, still conflicting) is
+a `deny` (fail closed), as is memory the guardian cannot read, and a session pushed out of
+the caller's byte cap while tainted comes back tainted.
 """
 
 from __future__ import annotations
@@ -22,44 +26,23 @@ import contextlib
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 
 from aap_server.aos import AosRequest, AosSuccessResult
 from aap_server.guardian import FailClosed, Guardian
 from aap_server.guardian.memory import SessionFacts, exported_tainted
 from aap_server.store import CallerMemory, SessionStore
+from aap_server.store.memory_lock import jittered
 
 logger = logging.getLogger("aap_server.api.aos")
 
 MEMORY_ATTEMPTS = 3
 """Checks of one step whose memory another replica changed meanwhile, before a `deny`."""
+RETRY_PAUSE = 0.002
+"""Seconds before checking such a step again (jittered, doubling per attempt)."""
 
 _FRESH = SessionFacts().encode_whole()
 _FORGOTTEN = SessionFacts.of_forgotten().encode_whole()
 
-
-class _SessionLocks:
-    """One lock per (caller, session) in use, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: tuple[str, str]) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
-_LOCKS = _SessionLocks()
 
 # The stored version this process's guardian last read or saved of a (caller, session), for
 # the sessions it checked last: a check of one of them reads only the records stored after
@@ -115,46 +98,63 @@ async def check_with_stored_memory(
     context = getattr(request.params, "context", None)
     # MCP and A2A messages name no session: they share the caller's unnamed one.
     session_id = context.session.id if context is not None else ""
+    async with contextlib.AsyncExitStack() as held:
+        try:
+            await held.enter_async_context(
+                store.hold_caller_memory(caller, session_id, guardian.timeout_seconds)
+            )
+        except TimeoutError:
+            return _memory_unavailable("another check of this session held it too long")
+        except Exception:
+            logger.exception("holding the guardian memory of %s failed", caller)
+            return _memory_unavailable("it could not be held")
+        return await _check_held(guardian, store, caller, session_id, request)
+
+
+async def _check_held(
+    guardian: FailClosed, store: SessionStore, caller: str, session_id: str, request: AosRequest
+) -> AosSuccessResult:
     key = (caller, session_id)
     held = _held_versions(guardian)
-    async with _LOCKS.hold(key):
-        for _ in range(MEMORY_ATTEMPTS):
-            try:
-                stored = await store.load_caller_memory(caller, session_id, held.get(key))
-                if not _take_in(guardian, session_id, stored):
-                    stored = await store.load_caller_memory(caller, session_id)
-                    _take_in(guardian, session_id, stored)
-            except Exception:
-                held.pop(key, None)
-                logger.exception("reading the guardian memory of %s failed", caller)
-                return _memory_unavailable("the database could not be read")
-            if stored.version and not stored.forgotten:
-                _hold(held, key, stored.version)
-            else:
-                held.pop(key, None)
-            verdict = await guardian.check(request)
-            exported = guardian.export_session(session_id)
-            if exported is None:
-                return verdict
-            learned = exported.record
-            try:
-                saved = await store.save_caller_memory(
-                    caller,
-                    session_id,
-                    learned,
-                    tainted=exported_tainted(learned),
-                    version=stored.version,
-                    whole=exported.whole,
-                )
-            except Exception:
-                logger.exception("saving the guardian memory of %s failed", caller)
-                saved = None
-            if saved:
-                _hold(held, key, stored.version + 1)
-                return verdict
-            # Not stored: the guardian's memory of the session is not what the store holds.
+    for attempt in range(MEMORY_ATTEMPTS):
+        if attempt:  # whoever changed it meanwhile (not holding the session) finishes first
+            await asyncio.sleep(jittered(RETRY_PAUSE * 2 ** (attempt - 1)))
+        try:
+            stored = await store.load_caller_memory(caller, session_id, held.get(key))
+            if not _take_in(guardian, session_id, stored):
+                stored = await store.load_caller_memory(caller, session_id)
+                _take_in(guardian, session_id, stored)
+        except Exception:
             held.pop(key, None)
-            guardian.memory_not_stored(session_id)
-            if saved is None:
-                return _memory_unavailable("the database could not be written")
-        return _memory_unavailable("it kept changing under this check")
+            logger.exception("reading the guardian memory of %s failed", caller)
+            return _memory_unavailable("the database could not be read")
+        if stored.version and not stored.forgotten:
+            _hold(held, key, stored.version)
+        else:
+            held.pop(key, None)
+        verdict = await guardian.check(request)
+        exported = guardian.export_session(session_id)
+        if exported is None:
+            return verdict
+        learned = exported.record
+        try:
+            saved = await store.save_caller_memory(
+                caller,
+                session_id,
+                learned,
+                tainted=exported_tainted(learned),
+                version=stored.version,
+                whole=exported.whole,
+            )
+        except Exception:
+            logger.exception("saving the guardian memory of %s failed", caller)
+            saved = None
+        if saved:
+            _hold(held, key, stored.version + 1)
+            return verdict
+        # Not stored: the guardian's memory of the session is not what the store holds.
+        held.pop(key, None)
+        guardian.memory_not_stored(session_id)
+        if saved is None:
+            return _memory_unavailable("the database could not be written")
+    return _memory_unavailable("it kept changing under this check")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import msgspec
 
 from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
 from aap_server.store.audit import GENESIS_HASH, AuditDraft
+from aap_server.store.memory_lock import PROCESS_LOCKS, deadline_after
 
 HistoryKind = Literal["full", "compacted"]
 PendingKind = Literal["client", "permission"]
@@ -385,6 +387,16 @@ class SessionStore(abc.ABC):
         has nothing stored to follow. Keeps the caller under `StoreLimits.caller_memory_bytes`
         (snapshot and records counted) by pushing out its least recently saved sessions (a
         tainted one is remembered as forgotten)."""
+
+    def hold_caller_memory(
+        self, caller: str, session_id: str, wait_seconds: float
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold a caller's session for one read-check-save of its memory: no other check of
+        it runs meanwhile in this process (here: a store no other process uses) nor, in a
+        store several processes share, in any of them. TimeoutError (nothing held) when not
+        had within `wait_seconds`. An optimisation, not the rule: a save still names the
+        version it read (see `save_caller_memory`), which catches what a lock let through."""
+        return PROCESS_LOCKS.hold((caller, session_id), deadline_after(wait_seconds))
 
     # -- the turn lease: one turn per session across every process sharing the database -----
     #

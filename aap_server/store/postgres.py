@@ -77,7 +77,9 @@ from aap_server.store.codec import (
     prunable_through,
     session_row,
 )
+from aap_server.store.memory_lock import memory_lock_key
 from aap_server.store.migrations import SchemaVersionError
+from aap_server.store.postgres_memory_lock import PostgresMemoryLocks
 from aap_server.store.postgres_schema import CREATE_VERSION_TABLE, MIGRATION_LOCK, MIGRATIONS
 
 __all__ = ["PostgresSessionStore", "PostgresSettings"]
@@ -598,6 +600,8 @@ class PostgresSessionStore(SessionStore):
         self._settings = settings
         self._limits = limits or StoreLimits()
         self._pool: asyncpg.Pool | None = None
+        # POST /aos callers' memory held across the replicas (`hold_caller_memory`).
+        self._memory_locks = PostgresMemoryLocks(settings.dsn, settings.timeout_seconds)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -671,6 +675,7 @@ class PostgresSessionStore(SessionStore):
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        await self._memory_locks.close()
         if pool is not None:
             # Waits for connections in use (operations already started) to be released.
             async with asyncio.timeout(self._settings.timeout_seconds):
@@ -916,6 +921,11 @@ class PostgresSessionStore(SessionStore):
         return await self._run(
             lambda conn: _save_caller_memory(conn, limits, caller, save), write=True
         )
+
+    def hold_caller_memory(
+        self, caller: str, session_id: str, wait_seconds: float
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._memory_locks.hold(memory_lock_key(caller, session_id), wait_seconds)
 
     # -- turn lease -------------------------------------------------------------------------
 

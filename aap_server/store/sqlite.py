@@ -27,6 +27,7 @@ version and the row that checks the copy and the turn's lease).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -93,6 +94,7 @@ from aap_server.store.codec import (
     prunable_through,
     session_row,
 )
+from aap_server.store.memory_lock import FileMemoryLocks, memory_lock_key
 from aap_server.store.migrations import migrate
 
 __all__ = ["SqliteSessionStore"]
@@ -1063,6 +1065,10 @@ class SqliteSessionStore(SessionStore):
         self._idle: asyncio.Future[None] | None = None  # close() waiting for the last write
         self.write_transactions = 0
         self._known = _Known(shared_leases)  # the writer thread's (`usage.committed` aside)
+        # POST /aos callers' memory held across the workers on the file (`hold_caller_memory`).
+        self._memory_locks = (
+            FileMemoryLocks(f"{path}-memory-locks") if shared_leases and self._wal else None
+        )
 
     def _under_quota(self, owner: str) -> bool:
         """Whether `owner` is known to be under its stored-bytes quota without a read: with
@@ -1243,6 +1249,8 @@ class SqliteSessionStore(SessionStore):
             if self._writer_lock is not None:
                 os.close(self._writer_lock)
                 self._writer_lock = None
+            if self._memory_locks is not None:
+                self._memory_locks.close()
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -1429,6 +1437,13 @@ class SqliteSessionStore(SessionStore):
         save = CallerMemorySave(session_id, memory, tainted, version, whole)
         limits = self._limits
         return await self._write(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))
+
+    def hold_caller_memory(
+        self, caller: str, session_id: str, wait_seconds: float
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        if self._memory_locks is None:  # no other process on the file
+            return super().hold_caller_memory(caller, session_id, wait_seconds)
+        return self._memory_locks.hold(memory_lock_key(caller, session_id), wait_seconds)
 
     # -- turn lease (only with `shared_leases`) ---------------------------------------------
 
