@@ -47,6 +47,7 @@ import msgspec
 
 from aap_server.guardian.base import MemoryExport
 from aap_server.guardian.detectors import Finding
+from aap_server.guardian.detectors.pii import phone_national_numbers
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
     MAX_CALLS,
@@ -65,6 +66,8 @@ MAX_LINE_PRINTS = 4096
 MAX_PRIVATE_PRINTS = 1024
 MAX_PLACEHOLDERS = 1024
 MAX_PLACEHOLDER_VALUE = 512
+# The detector whose values are also remembered by their number (`phone_prints`).
+PHONE = "pii.phone"
 # Tool-call counts are kept for at most this many tool names of at most this many characters;
 # the calls of any other tool share one count (`OTHER_TOOLS`), so a rule on one tool's calls
 # may count too many (deny sooner), never too few, and no caller inventing tool names can grow
@@ -89,6 +92,13 @@ def value_print(value: str) -> int:
     separators (none, dashes, dots, no-break spaces) or full-width digits is the same value."""
     folded = unicodedata.normalize("NFKC", value).lower()
     return fingerprint(_NOT_ALNUM.sub("", folded).encode())
+
+
+def phone_prints(value: str) -> list[int]:
+    """A phone number's fingerprints, one per national significant number it can stand for
+    (`detectors.pii.phone_national_numbers`): the number written otherwise (`(415) 555-0132`
+    for `+1 415 555 0132`) shares one. Kept beside `value_print`, apart from other values'."""
+    return [fingerprint(b"tel:" + n.encode()) for n in phone_national_numbers(value)]
 
 
 def verbatim_value_print(value: str) -> int:
@@ -185,10 +195,17 @@ def decoded_forms(text: str) -> list[bytes]:
         unquoted = urllib.parse.unquote_plus(text)
         if unquoted != text:
             forms.append(unquoted.lower().encode())
+    forms.extend(decoded.lower() for decoded in _decoded_runs(text, forms[0]))
+    return forms
+
+
+def _decoded_runs(text: str, data: bytes) -> Iterator[bytes]:
+    """What the base64 and hex runs of a text decode to; `data` is the text as UTF-8, in
+    any case."""
     # Searched only where a long enough run of their characters is (found at C speed in the
-    # lower-cased bytes, where each of the text's runs stands whole): the searches try every
-    # offset of prose's words, most of whose letters are base64's and many hex's.
-    if _LONG_B64_RUN in forms[0].translate(_B64_MARKS):
+    # bytes, where each of the text's runs stands whole): the searches try every offset of
+    # prose's words, most of whose letters are base64's and many hex's.
+    if _LONG_B64_RUN in data.translate(_B64_MARKS):
         for run in _B64_RUN.findall(text):
             # `/` is base64's, and a URL path's: a payload that is one segment of a path
             # (`https://x.example/inbox/<base64>`) is decoded from its own start too.
@@ -197,12 +214,91 @@ def decoded_forms(text: str) -> list[bytes]:
                 body = piece.rstrip("=")
                 body += "=" * (-len(body) % 4)
                 with contextlib.suppress(binascii.Error, ValueError):
-                    decoded = base64.b64decode(body.replace("-", "+").replace("_", "/"))
-                    forms.append(decoded.lower())
-    if _LONG_HEX_RUN in forms[0].translate(_HEX_MARKS):
+                    yield base64.b64decode(body.replace("-", "+").replace("_", "/"))
+    if _LONG_HEX_RUN in data.translate(_HEX_MARKS):
         for run in _HEX_RUN.findall(text):
-            forms.append(bytes.fromhex(run).lower())
+            yield bytes.fromhex(run)
+
+
+# Links in a reply (`link_spans`): a client that renders the reply fetches its images (and
+# the user may follow its links), sending whatever the URL holds. What a link's encoded
+# parts decode to (`link_forms`) is scanned like the reply's text. A link longer than
+# MAX_LINK_CHARS is not decoded: the reply carrying it is refused (fail closed).
+MAX_LINK_CHARS = 16 * 1024
+# Decoded this many times over at most (a card URL-encoded, then base64-encoded).
+LINK_DECODE_LAYERS = 2
+# A scheme's characters, read back from `://` (at most this many).
+_SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+.-")
+_MAX_SCHEME = 32
+# What may stand before a link with no scheme (`//host/…`: the page's own scheme): the
+# opening of markdown's `(…)`, an attribute's quote, a space.
+_SCHEMELESS_AFTER = frozenset("(\"'=<[ \t\r\n")
+# A link runs to the next space, quote or angle bracket.
+_LINK_REST = re.compile(r"[^\s<>\"'`]*")
+# Characters a link is not taken to end with, unless they close its own brackets.
+_LINK_TRAILERS = frozenset(".,;:!?)]")
+
+
+def link_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where the links of a text are (`scheme://…`, or `//…` after a bracket, quote or
+    space), in order: linear in the text."""
+    at = text.find("//")
+    while at != -1:
+        start = at
+        if at > 0 and text[at - 1] == ":":
+            start = at - 1
+            while start > 0 and at - start <= _MAX_SCHEME and text[start - 1] in _SCHEME_CHARS:
+                start -= 1
+            is_link = start < at - 1
+        else:
+            is_link = at == 0 or text[at - 1] in _SCHEMELESS_AFTER
+        match = _LINK_REST.match(text, at + 2)
+        end = match.end() if match else at + 2
+        if is_link and end > at + 2:
+            yield start, _link_end(text, start, end)
+        at = text.find("//", max(end, at + 2))
+
+
+def _link_end(text: str, start: int, end: int) -> int:
+    """Where a link ends: before trailing punctuation and unmatched closing brackets (the
+    `)` of markdown's `![](…)`)."""
+    opened = {")": text.count("(", start, end), "]": text.count("[", start, end)}
+    closed = {")": text.count(")", start, end), "]": text.count("]", start, end)}
+    while end > start and text[end - 1] in _LINK_TRAILERS:
+        last = text[end - 1]
+        if last in closed:
+            if closed[last] <= opened[last]:
+                break
+            closed[last] -= 1
+        end -= 1
+    return end
+
+
+def link_forms(link: str) -> list[str]:
+    """What a link's encoded parts decode to (URL encoding, base64 and hex runs), and what
+    those decode to in turn, `LINK_DECODE_LAYERS` deep: each a new text, in its own case.
+    Linear in the link: URL decoding shortens a text, base64 and hex decode to 3/4 and 1/2
+    of their runs, so a layer's forms are at most about twice as long as what they were
+    decoded from, and all of them a few times as long as the link."""
+    forms: list[str] = []
+    seen = {link}
+    layer = [link]
+    for _ in range(LINK_DECODE_LAYERS):
+        decoded = [form for text in layer for form in _link_decodings(text) if form not in seen]
+        seen.update(decoded)
+        forms += dict.fromkeys(decoded)
+        layer = list(dict.fromkeys(decoded))
     return forms
+
+
+def _link_decodings(text: str) -> Iterator[str]:
+    if "%" in text or "+" in text:
+        yield urllib.parse.unquote_plus(text)
+        if "%" in text and "+" in text:
+            yield urllib.parse.unquote(text)  # a `+` of base64 kept, its `%3D` padding read
+    for data in _decoded_runs(text, text.encode("utf-8", "surrogatepass")):
+        # Undecodable bytes are kept as U+FFFD: digits framed by binary are still read.
+        yield data.decode("utf-8", "replace")
 
 
 def _marks(characters: bytes) -> bytes:
@@ -396,11 +492,15 @@ class SessionFacts:
     def remember_private(self, finding: Finding) -> None:
         if len(finding.value) >= MIN_TRACKED_LENGTH:
             self.changed |= self.private_values.add(value_print(finding.value))
+            if finding.detector == PHONE:
+                self.changed |= self.private_values.add_all(phone_prints(finding.value))
 
-    def took_in_private(self, value: str) -> bool:
-        """Whether a private value came in content the agent took in."""
+    def took_in_private(self, value: str, detector: str | None = None) -> bool:
+        """Whether a private value (found by `detector`) came in content the agent took in."""
         known = self.private_values
-        return value_print(value) in known or verbatim_value_print(value) in known
+        if value_print(value) in known or verbatim_value_print(value) in known:
+            return True
+        return detector == PHONE and any(p in known for p in phone_prints(value))
 
     def carries_private(
         self, findings: Iterable[Finding], argument_prints: Callable[[], set[int]]
@@ -410,7 +510,7 @@ class SessionFacts:
         line; always true once the session remembered more than it can hold."""
         if self.private_saturated:
             return True
-        if any(self.took_in_private(f.value) for f in findings):
+        if any(self.took_in_private(f.value, f.detector) for f in findings):
             return True
         return carries_line(self.private_lines, argument_prints)
 
