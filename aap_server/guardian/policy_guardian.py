@@ -280,7 +280,8 @@ class _Step:
         untrusted content when a rule reads them). Linear in the step's content."""
         view = self.view
         found = [f for text in view.texts for f in self.scan(text)]
-        found += self.joined_part_findings()
+        if len(view.texts) > 1:
+            found += self.joined_part_findings()
         if self.egress:
             egress = self.policy.egress
             for text in view.texts:
