@@ -34,6 +34,7 @@ import base64
 import binascii
 import contextlib
 import functools
+import html
 import itertools
 import re
 import string
@@ -275,11 +276,11 @@ def _link_end(text: str, start: int, end: int) -> int:
 
 
 def link_forms(link: str) -> list[str]:
-    """What a link's encoded parts decode to (URL encoding, base64 and hex runs), and what
-    those decode to in turn, `LINK_DECODE_LAYERS` deep: each a new text, in its own case.
-    Linear in the link: URL decoding shortens a text, base64 and hex decode to 3/4 and 1/2
-    of their runs, so a layer's forms are at most about twice as long as what they were
-    decoded from, and all of them a few times as long as the link."""
+    """What a link's encoded parts decode to (HTML entities, URL encoding, base64 and hex
+    runs), and what those decode to in turn, `LINK_DECODE_LAYERS` deep: each a new text, in
+    its own case. Linear in the link: entities and URL decoding shorten a text, base64 and
+    hex decode to 3/4 and 1/2 of their runs, so a layer's forms are at most a few times as
+    long as what they were decoded from."""
     forms: list[str] = []
     seen = {link}
     layer = [link]
@@ -292,6 +293,8 @@ def link_forms(link: str) -> list[str]:
 
 
 def _link_decodings(text: str) -> Iterator[str]:
+    if "&" in text:
+        yield html.unescape(text)  # `&#52;&#49;…`: a browser reads an attribute's entities
     if "%" in text or "+" in text:
         yield urllib.parse.unquote_plus(text)
         if "%" in text and "+" in text:
@@ -491,9 +494,13 @@ class SessionFacts:
 
     def remember_private(self, finding: Finding) -> None:
         if len(finding.value) >= MIN_TRACKED_LENGTH:
-            self.changed |= self.private_values.add(value_print(finding.value))
-            if finding.detector == PHONE:
-                self.changed |= self.private_values.add_all(phone_prints(finding.value))
+            value = finding.value
+            # A phone number by its numbers only (one for `+1 …`, one to three written
+            # nationally): a contact list fills the session's memory no faster than before.
+            prints = (phone_prints(value) if finding.detector == PHONE else None) or [
+                value_print(value)
+            ]
+            self.changed |= self.private_values.add_all(prints)
 
     def took_in_private(self, value: str, detector: str | None = None) -> bool:
         """Whether a private value (found by `detector`) came in content the agent took in."""

@@ -174,6 +174,15 @@ async def test_the_mails_phone_written_otherwise_does_not_leave_through_a_send()
     assert await _call(guardian, make, "http_post", post) == "deny"
 
 
+async def test_a_contact_list_of_phones_takes_one_print_a_number() -> None:
+    """Phones are remembered by their numbers only: a mail listing 600 international numbers
+    leaves room for more (the session is not saturated, which would stop every send)."""
+    numbers = "\n".join(f"Contact {i}: +1 415 555 {1000 + i}" for i in range(600))
+    guardian, make = await _after_untrusted_mail(USER_NAMES_A_HOST, numbers)
+    post = {"url": "https://notes.example/inbox", "body": "summary: 600 contacts"}
+    assert await _call(guardian, make, "http_post", post) == "allow"
+
+
 def test_a_remembered_phone_number_survives_the_sessions_export() -> None:
     facts = SessionFacts()
     facts.private_values.add_all(phone_prints("+44 20 7946 0018"))
@@ -193,6 +202,7 @@ CARD_FORMS = {
     "base64 of url-encoded": base64.b64encode(urllib.parse.quote(CARD).encode()).decode(),
     "url-encoded base64": urllib.parse.quote(base64.b64encode(CARD.encode()).decode(), safe=""),
     "hex of base64": base64.b64encode(CARD.encode()).hex(),
+    "html entities": "".join(f"&#{ord(c)};" for c in CARD),
 }
 
 
