@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import contextlib
 import functools
 import html
@@ -42,12 +43,12 @@ import unicodedata
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
 from aap_server.guardian.base import MemoryExport
-from aap_server.guardian.detectors import Finding
+from aap_server.guardian.detectors import Category, Finding, scan_all
 from aap_server.guardian.detectors.pii import phone_national_numbers
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
@@ -292,16 +293,96 @@ def link_forms(link: str) -> list[str]:
     return forms
 
 
+# A link's pieces: its path's segments and its query's and fragment's `name=value` pairs.
+_LINK_PIECES = re.compile(r"[^/?#&;]+")
+
+
 def _link_decodings(text: str) -> Iterator[str]:
-    if "&" in text:
-        yield html.unescape(text)  # `&#52;&#49;…`: a browser reads an attribute's entities
+    """What a text (a link, or what part of one decoded to) decodes to, one layer: the whole
+    of it with HTML entities read; each of its pieces with a `%` or `+` URL-decoded (a pair
+    keeps its name, `ssn=078-05-1120`, as context for the detectors); its base64 and hex
+    runs decoded."""
+    if "&#" in text or ("&" in text and ";" in text):
+        # `&#52;&#49;…`, `&commat;`: a browser reads an attribute's entities.
+        yield html.unescape(text)
     if "%" in text or "+" in text:
-        yield urllib.parse.unquote_plus(text)
-        if "%" in text and "+" in text:
-            yield urllib.parse.unquote(text)  # a `+` of base64 kept, its `%3D` padding read
+        for piece in _LINK_PIECES.findall(text):
+            if "%" in piece or "+" in piece:
+                yield urllib.parse.unquote_plus(piece)
+                if "%" in piece and "+" in piece:
+                    yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
     for data in _decoded_runs(text, text.encode("utf-8", "surrogatepass")):
-        # Undecodable bytes are kept as U+FFFD: digits framed by binary are still read.
-        yield data.decode("utf-8", "replace")
+        decoded = _as_text(data)
+        if decoded is not None:
+            yield decoded
+
+
+# Printable ASCII and the white space of text, as bytes to delete (what is left is binary).
+_TEXT_BYTES = bytes([*range(0x20, 0x7F), *b"\t\r\n"])
+
+
+def _as_text(data: bytes) -> str | None:
+    """Decoded bytes as text, when they are: UTF-8, or at least 3/4 printable ASCII (digits
+    framed by a few binary bytes are still read, as U+FFFD between). The random bytes a word
+    of base64's or hex's letters decodes to (`library/urllib`, a commit id) are neither, and
+    are not scanned."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if 4 * len(data.translate(None, _TEXT_BYTES)) <= len(data):
+        return data.decode("utf-8", "replace")
+    return None
+
+
+class LinkScan(NamedTuple):
+    """What a text's links carry encoded (`scan_links`): the PII and secret hits in their
+    decoded forms, each spanning its whole link, and where the first link too long to decode
+    starts (None: none is)."""
+
+    findings: list[Finding]
+    too_long_at: int | None
+
+
+_LINK_FAMILIES: tuple[Category, ...] = ("pii", "secret")
+# The scans of the texts seen last (a reply is looked at by the text screen, then by the
+# message check): texts up to this long, at most this many.
+RECENT_LINK_CHARS = 4 * 1024
+RECENT_LINK_SCANS = 256
+_recent_links: dict[str, LinkScan] = {}
+
+
+def scan_links(text: str, should_stop: Callable[[], bool] | None = None) -> LinkScan:
+    """`LinkScan` of a text: the decoded forms of all its links scanned in one pass."""
+    known = _recent_links.get(text)
+    if known is not None:
+        return known
+    forms: list[str] = []
+    starts: list[int] = []  # where each form starts in the forms joined
+    owners: list[tuple[int, int]] = []  # the link each form was decoded from
+    too_long_at: int | None = None
+    at = 0
+    for start, end in link_spans(text):
+        if end - start > MAX_LINK_CHARS:
+            too_long_at = start if too_long_at is None else too_long_at
+            continue
+        for form in link_forms(text[start:end]):
+            forms.append(form)
+            starts.append(at)
+            owners.append((start, end))
+            at += len(form) + 2
+    found: list[Finding] = []
+    if forms:
+        # One scan of them all, apart (`\n\n`): a scan's fixed cost is paid once a text.
+        for hit in scan_all("\n\n".join(forms), _LINK_FAMILIES, should_stop=should_stop):
+            start, end = owners[bisect.bisect_right(starts, hit.start) - 1]
+            found.append(msgspec.structs.replace(hit, start=start, end=end))
+    scan = LinkScan(found, too_long_at)
+    if len(text) <= RECENT_LINK_CHARS:
+        _recent_links[text] = scan
+        if len(_recent_links) > RECENT_LINK_SCANS:
+            _recent_links.pop(next(iter(_recent_links)), None)
+    return scan
 
 
 def _marks(characters: bytes) -> bytes:

@@ -59,8 +59,7 @@ from aap_server.guardian.memory import (
     chunk_prints,
     decoded_forms,
     line_prints,
-    link_forms,
-    link_spans,
+    scan_links,
     window_prints,
 )
 from aap_server.guardian.policy import (
@@ -254,18 +253,12 @@ class _Step:
         return found
 
     def _link_findings(self, text: str) -> list[Finding]:
-        """The private values (PII, secrets) that a reply's links carry encoded (URL-encoded,
-        base64, hex: `link_forms`), each spanning its whole link: the link is what a rule
-        redacts. A link too long to decode is noted (`long_link`)."""
-        found: list[Finding] = []
-        for start, end in link_spans(text):
-            if end - start > MAX_LINK_CHARS:
-                self.long_link = True
-                continue
-            for form in link_forms(text[start:end]):
-                for hit in scan_all(form, PRIVATE_FAMILIES, should_stop=self.stopped):
-                    found.append(msgspec.structs.replace(hit, start=start, end=end))
-        return found
+        """The private values (PII, secrets) that a reply's links carry encoded (`scan_links`),
+        each spanning its whole link: the link is what a rule redacts. A link too long to
+        decode is noted (`long_link`)."""
+        scan = scan_links(text, self.stopped)
+        self.long_link |= scan.too_long_at is not None
+        return scan.findings
 
     def joined_part_findings(self) -> list[Finding]:
         """The hits in a message's text parts read as one text, as a reader sees them shown

@@ -30,11 +30,11 @@ from collections import deque
 from collections.abc import Callable
 
 from aap_server.guardian.base import HoldMessage, PassThrough, TextScreen
-from aap_server.guardian.detectors import Category, scan_all
+from aap_server.guardian.detectors import Category
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.pii import scan_pii_views
 from aap_server.guardian.detectors.secret_formats import scan_secrets_views
-from aap_server.guardian.memory import MAX_LINK_CHARS, link_forms, link_spans
+from aap_server.guardian.memory import scan_links
 from aap_server.guardian.policy import Match, Policy, Rule
 
 WINDOW = 64
@@ -51,7 +51,6 @@ _WINDOWED_CATEGORIES = {"secret": scan_secrets_views, "pii": scan_pii_views}
 class WindowScreen(TextScreen):
     def __init__(self, window: int = WINDOW, categories: tuple[Category, ...] = SCREENED) -> None:
         self.window = window
-        self.categories = categories
         self.scanners = [_WINDOWED_CATEGORIES[c] for c in categories if c in _WINDOWED_CATEGORIES]
         # The text from `_base` on (the last LOOKBEHIND released characters and all held
         # ones); deltas not yet joined wait in `_pieces`, so a delta costs O(its length).
@@ -118,23 +117,17 @@ class WindowScreen(TextScreen):
                 if end > released and start < cut:
                     start = max(start, released)
                     first = start if first is None else min(first, start)
-        link = self._first_carrying_link(text[released - base : cut - base])
-        if link is not None:
-            first = link + released if first is None else min(first, link + released)
+        region = text[released - base : cut - base]
+        if "//" in region:  # what the message check finds encoded in links (`scan_links`)
+            # (A release never cuts a token: each link is decoded once, whole.)
+            links = scan_links(region)
+            starts = [f.start for f in links.findings]
+            if links.too_long_at is not None:
+                starts.append(links.too_long_at)
+            if starts:
+                at = min(starts) + released
+                first = at if first is None else min(first, at)
         return first
-
-    def _first_carrying_link(self, region: str) -> int | None:
-        """Where the first link in `region` starts whose encoded parts carry something the
-        message check redacts (`policy_guardian._Step._link_findings`), or that is too long
-        for it to decode. A release never cuts a token, so each link is decoded once."""
-        if "//" not in region:
-            return None
-        for start, end in link_spans(region):
-            if end - start > MAX_LINK_CHARS or any(
-                scan_all(form, self.categories) for form in link_forms(region[start:end])
-            ):
-                return start
-        return None
 
     def close(self) -> str:
         """The text ends here: no window need wait for what follows, so everything up to the
