@@ -894,15 +894,7 @@ def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str
 
     def redact(text: str) -> str:
         spans = _spans(hits_of(step.scan(text)), modify, facts)
-        if not spans:
-            return text
-        pieces: list[str] = []
-        done = 0  # text[:done] is accounted for
-        for start, end, replacement in spans:
-            pieces += (text[done:start], replacement)
-            done = end
-        pieces.append(text[done:])
-        return "".join(pieces)
+        return _split_spans([text], spans)[0] if spans else text
 
     return redact
 
