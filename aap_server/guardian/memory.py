@@ -224,9 +224,8 @@ def _decoded_runs(text: str, data: bytes) -> Iterator[bytes]:
 
 # Links in a reply (`link_spans`): a client that renders the reply fetches its images (and
 # the user may follow its links), sending whatever the URL holds. What a link's encoded
-# parts decode to (`link_forms`) is scanned like the reply's text. A link longer than
-# MAX_LINK_CHARS is not decoded: the reply carrying it is refused (fail closed).
-MAX_LINK_CHARS = 16 * 1024
+# parts decode to (`link_forms`) is scanned like the reply's text. A link longer than the
+# policy's `[limits] max_link_chars` is not decoded: the reply gets `over_limit` (fail closed).
 # Decoded this many times over at most (a card URL-encoded, then base64-encoded).
 LINK_DECODE_LAYERS = 2
 # A scheme's characters, read back from `://` (at most this many).
@@ -349,12 +348,15 @@ _LINK_FAMILIES: tuple[Category, ...] = ("pii", "secret")
 # message check): texts up to this long, at most this many.
 RECENT_LINK_CHARS = 4 * 1024
 RECENT_LINK_SCANS = 256
-_recent_links: dict[str, LinkScan] = {}
+_recent_links: dict[tuple[int, str], LinkScan] = {}
 
 
-def scan_links(text: str, should_stop: Callable[[], bool] | None = None) -> LinkScan:
-    """`LinkScan` of a text: the decoded forms of all its links scanned in one pass."""
-    known = _recent_links.get(text)
+def scan_links(
+    text: str, max_link_chars: int, should_stop: Callable[[], bool] | None = None
+) -> LinkScan:
+    """`LinkScan` of a text: the decoded forms of all its links (up to `max_link_chars`
+    long) scanned in one pass."""
+    known = _recent_links.get((max_link_chars, text))
     if known is not None:
         return known
     forms: list[str] = []
@@ -363,7 +365,7 @@ def scan_links(text: str, should_stop: Callable[[], bool] | None = None) -> Link
     too_long_at: int | None = None
     at = 0
     for start, end in link_spans(text):
-        if end - start > MAX_LINK_CHARS:
+        if end - start > max_link_chars:
             too_long_at = start if too_long_at is None else too_long_at
             continue
         for form in link_forms(text[start:end]):
@@ -379,7 +381,7 @@ def scan_links(text: str, should_stop: Callable[[], bool] | None = None) -> Link
             found.append(msgspec.structs.replace(hit, start=start, end=end))
     scan = LinkScan(found, too_long_at)
     if len(text) <= RECENT_LINK_CHARS:
-        _recent_links[text] = scan
+        _recent_links[(max_link_chars, text)] = scan
         if len(_recent_links) > RECENT_LINK_SCANS:
             _recent_links.pop(next(iter(_recent_links)), None)
     return scan

@@ -51,7 +51,6 @@ from aap_server.guardian.memory import (
     MAX_CALLER_SESSIONS,
     MAX_HOSTED_BYTES,
     MAX_LINE_PRINTS,
-    MAX_LINK_CHARS,
     MAX_SESSIONS,
     FactsCache,
     SessionFacts,
@@ -256,7 +255,7 @@ class _Step:
         """The private values (PII, secrets) that a reply's links carry encoded (`scan_links`),
         each spanning its whole link: the link is what a rule redacts. A link too long to
         decode is noted (`long_link`)."""
-        scan = scan_links(text, self.stopped)
+        scan = scan_links(text, self.policy.limits.max_link_chars, self.stopped)
         self.long_link |= scan.too_long_at is not None
         return scan.findings
 
@@ -674,7 +673,7 @@ class PolicyGuardian(Guardian):
                     step.findings = step.findings + _pin_change_findings(request)
                 matching = [r for r in candidates.rules if _holds(r.match, step, facts)]
                 verdict = self._decide(step, facts, matching)
-                if step.long_link:
+                if step.long_link and policy.limits.over_limit == "deny":
                     verdict = _long_link(policy)
             self._learn(step, facts, verdict)
         finally:
@@ -845,11 +844,12 @@ def _too_deep(policy: Policy) -> aos.AosSuccessResult:
 
 
 def _long_link(policy: Policy) -> aos.AosSuccessResult:
-    """A reply's link is too long to decode and check (`MAX_LINK_CHARS`): what it carries is
-    unknown, so the reply is refused (fail closed)."""
+    """A reply's link is too long to decode and check (`[limits] max_link_chars`): what it
+    carries is unknown, so the reply is refused (fail closed) unless `over_limit = "allow"`."""
+    limit = policy.limits.max_link_chars
     return aos.AosSuccessResult(
         decision="deny",
-        message=f"a link in the reply is longer than the {MAX_LINK_CHARS} characters checked",
+        message=f"a link in the reply is longer than the {limit} characters checked: deny",
         reason_code=["limit.link_chars"],
         data={"policyHash": policy.hash, "ruleId": "limits.link_chars"},
     )

@@ -15,13 +15,12 @@ import pytest
 from aap_server import aos
 from aap_server.guardian.memory import (
     LINK_DECODE_LAYERS,
-    MAX_LINK_CHARS,
     SessionFacts,
     link_forms,
     link_spans,
     phone_prints,
 )
-from aap_server.guardian.policy import default_policy
+from aap_server.guardian.policy import Limits, PolicyError, default_policy, extend, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.screen import WindowScreen
 from aap_server.runtime.steps import StepFactory
@@ -35,6 +34,7 @@ from tests.guardian.test_review_r7 import (
 )
 
 KEY = "AKIAZ7Q3K5M2N8P4R6T1"
+MAX_LINK_CHARS = Limits().max_link_chars
 CARD = "4111 1111 1111 1111"
 
 
@@ -395,3 +395,21 @@ def test_a_streamed_reply_holds_a_link_too_long_to_decode() -> None:
     text = f"see https://e.example/?q={'a' * MAX_LINK_CHARS} " + "and more " * 20
     screen = WindowScreen()
     assert "".join(screen.feed(ch) for ch in text) + screen.close() == "see "
+
+
+@pytest.mark.parametrize(("over_limit", "decision"), [("deny", "deny"), ("allow", "allow")])
+async def test_the_link_limit_is_a_policy_setting(over_limit: str, decision: str) -> None:
+    limits = f'[limits]\nmax_link_chars = 40\nover_limit = "{over_limit}"\n'.encode()
+    policy = extend(default_policy(), parse_policy(limits))
+    guardian, make = PolicyGuardian(policy), _steps()
+    at_limit = "https://ok.example/?q=" + "a" * 18
+    verdict = await guardian.check(make.message("agent", f"see {at_limit}"))
+    assert verdict.decision == "allow"
+    verdict = await guardian.check(make.message("agent", f"see {at_limit}a"))
+    assert verdict.decision == decision
+    assert verdict.reason_code == ["limit.link_chars" if decision == "deny" else "default.allow"]
+
+
+def test_a_link_limit_below_one_is_refused() -> None:
+    with pytest.raises(PolicyError, match=r"limits\.max_link_chars"):
+        parse_policy(b"[limits]\nmax_link_chars = 0\n")
