@@ -14,7 +14,8 @@ hex-encoded) and the placeholders handed out. Texts are never kept whole:
   it (`untrusted_data_in_arguments`); taken in without, it sets `untrusted_unprinted`, and
   such a rule then counts every argument as carrying it (fail closed);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
-  of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
+  of the whole value (a phone number as those of its national numbers, `phone_prints`), at
+  most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
   every later tool argument counts as carrying private data (fail closed: a flood of values
   cannot wash out the ones that matter);
 - at most `MAX_PLACEHOLDERS` placeholders of values up to `MAX_PLACEHOLDER_VALUE` bytes;
@@ -99,7 +100,8 @@ def value_print(value: str) -> int:
 def phone_prints(value: str) -> list[int]:
     """A phone number's fingerprints, one per national significant number it can stand for
     (`detectors.pii.phone_national_numbers`): the number written otherwise (`(415) 555-0132`
-    for `+1 415 555 0132`) shares one. Kept beside `value_print`, apart from other values'."""
+    for `+1 415 555 0132`) shares one. Kept instead of its `value_print`, apart from other
+    values' (`tel:`)."""
     return [fingerprint(b"tel:" + n.encode()) for n in phone_national_numbers(value)]
 
 
