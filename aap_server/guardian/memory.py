@@ -14,7 +14,8 @@ hex-encoded) and the placeholders handed out. Texts are never kept whole:
   it (`untrusted_data_in_arguments`); taken in without, it sets `untrusted_unprinted`, and
   such a rule then counts every argument as carrying it (fail closed);
 - a private value (a PII or secret detector hit in content the agent took in) as a 64-bit hash
-  of the whole value, at most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
+  of the whole value (a phone number as those of its national numbers, `phone_prints`), at
+  most `MAX_PRIVATE_PRINTS`; past that the session is *saturated* and
   every later tool argument counts as carrying private data (fail closed: a flood of values
   cannot wash out the ones that matter);
 - at most `MAX_PLACEHOLDERS` placeholders of values up to `MAX_PLACEHOLDER_VALUE` bytes;
@@ -32,8 +33,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import contextlib
 import functools
+import html
 import itertools
 import re
 import string
@@ -41,12 +44,13 @@ import unicodedata
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
 from aap_server.guardian.base import MemoryExport
-from aap_server.guardian.detectors import Finding
+from aap_server.guardian.detectors import Category, Finding, scan_all
+from aap_server.guardian.detectors.pii import phone_national_numbers
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
     MAX_CALLS,
@@ -65,6 +69,8 @@ MAX_LINE_PRINTS = 4096
 MAX_PRIVATE_PRINTS = 1024
 MAX_PLACEHOLDERS = 1024
 MAX_PLACEHOLDER_VALUE = 512
+# The detector whose values are also remembered by their number (`phone_prints`).
+PHONE = "pii.phone"
 # Tool-call counts are kept for at most this many tool names of at most this many characters;
 # the calls of any other tool share one count (`OTHER_TOOLS`), so a rule on one tool's calls
 # may count too many (deny sooner), never too few, and no caller inventing tool names can grow
@@ -89,6 +95,14 @@ def value_print(value: str) -> int:
     separators (none, dashes, dots, no-break spaces) or full-width digits is the same value."""
     folded = unicodedata.normalize("NFKC", value).lower()
     return fingerprint(_NOT_ALNUM.sub("", folded).encode())
+
+
+def phone_prints(value: str) -> list[int]:
+    """A phone number's fingerprints, one per national significant number it can stand for
+    (`detectors.pii.phone_national_numbers`): the number written otherwise (`(415) 555-0132`
+    for `+1 415 555 0132`) shares one. Kept instead of its `value_print`, apart from other
+    values' (`tel:`)."""
+    return [fingerprint(b"tel:" + n.encode()) for n in phone_national_numbers(value)]
 
 
 def verbatim_value_print(value: str) -> int:
@@ -185,10 +199,17 @@ def decoded_forms(text: str) -> list[bytes]:
         unquoted = urllib.parse.unquote_plus(text)
         if unquoted != text:
             forms.append(unquoted.lower().encode())
+    forms.extend(decoded.lower() for decoded in _decoded_runs(text, forms[0]))
+    return forms
+
+
+def _decoded_runs(text: str, data: bytes) -> Iterator[bytes]:
+    """What the base64 and hex runs of a text decode to; `data` is the text as UTF-8, in
+    any case."""
     # Searched only where a long enough run of their characters is (found at C speed in the
-    # lower-cased bytes, where each of the text's runs stands whole): the searches try every
-    # offset of prose's words, most of whose letters are base64's and many hex's.
-    if _LONG_B64_RUN in forms[0].translate(_B64_MARKS):
+    # bytes, where each of the text's runs stands whole): the searches try every offset of
+    # prose's words, most of whose letters are base64's and many hex's.
+    if _LONG_B64_RUN in data.translate(_B64_MARKS):
         for run in _B64_RUN.findall(text):
             # `/` is base64's, and a URL path's: a payload that is one segment of a path
             # (`https://x.example/inbox/<base64>`) is decoded from its own start too.
@@ -197,12 +218,175 @@ def decoded_forms(text: str) -> list[bytes]:
                 body = piece.rstrip("=")
                 body += "=" * (-len(body) % 4)
                 with contextlib.suppress(binascii.Error, ValueError):
-                    decoded = base64.b64decode(body.replace("-", "+").replace("_", "/"))
-                    forms.append(decoded.lower())
-    if _LONG_HEX_RUN in forms[0].translate(_HEX_MARKS):
+                    yield base64.b64decode(body.replace("-", "+").replace("_", "/"))
+    if _LONG_HEX_RUN in data.translate(_HEX_MARKS):
         for run in _HEX_RUN.findall(text):
-            forms.append(bytes.fromhex(run).lower())
+            yield bytes.fromhex(run)
+
+
+# Links in a reply (`link_spans`): a client that renders the reply fetches its images (and
+# the user may follow its links), sending whatever the URL holds. What a link's encoded
+# parts decode to (`link_forms`) is scanned like the reply's text. A link longer than the
+# policy's `[limits] max_link_chars` is not decoded: the reply gets `over_limit` (fail closed).
+# Decoded this many times over at most (a card URL-encoded, then base64-encoded).
+LINK_DECODE_LAYERS = 2
+# A scheme's characters, read back from `://` (at most this many).
+_SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+.-")
+_MAX_SCHEME = 32
+# What may stand before a link with no scheme (`//host/…`: the page's own scheme): the
+# opening of markdown's `(…)`, an attribute's quote, a space.
+_SCHEMELESS_AFTER = frozenset("(\"'=<[ \t\r\n")
+# A link runs to the next space, quote or angle bracket.
+_LINK_REST = re.compile(r"[^\s<>\"'`]*")
+# Characters a link is not taken to end with, unless they close its own brackets.
+_LINK_TRAILERS = frozenset(".,;:!?)]")
+
+
+def link_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where the links of a text are (`scheme://…`, or `//…` after a bracket, quote or
+    space), in order: linear in the text."""
+    at = text.find("//")
+    while at != -1:
+        start = at
+        if at > 0 and text[at - 1] == ":":
+            start = at - 1
+            while start > 0 and at - start <= _MAX_SCHEME and text[start - 1] in _SCHEME_CHARS:
+                start -= 1
+            is_link = start < at - 1
+        else:
+            is_link = at == 0 or text[at - 1] in _SCHEMELESS_AFTER
+        match = _LINK_REST.match(text, at + 2)
+        end = match.end() if match else at + 2
+        if is_link and end > at + 2:
+            yield start, _link_end(text, start, end)
+        at = text.find("//", max(end, at + 2))
+
+
+def _link_end(text: str, start: int, end: int) -> int:
+    """Where a link ends: before trailing punctuation and unmatched closing brackets (the
+    `)` of markdown's `![](…)`)."""
+    opened = {")": text.count("(", start, end), "]": text.count("[", start, end)}
+    closed = {")": text.count(")", start, end), "]": text.count("]", start, end)}
+    while end > start and text[end - 1] in _LINK_TRAILERS:
+        last = text[end - 1]
+        if last in closed:
+            if closed[last] <= opened[last]:
+                break
+            closed[last] -= 1
+        end -= 1
+    return end
+
+
+def link_forms(link: str) -> list[str]:
+    """What a link's encoded parts decode to (HTML entities, URL encoding, base64 and hex
+    runs), and what those decode to in turn, `LINK_DECODE_LAYERS` deep: each a new text, in
+    its own case. Linear in the link: entities and URL decoding shorten a text, base64 and
+    hex decode to 3/4 and 1/2 of their runs, so a layer's forms are at most a few times as
+    long as what they were decoded from."""
+    forms: list[str] = []
+    seen = {link}
+    layer = [link]
+    for _ in range(LINK_DECODE_LAYERS):
+        decoded = [form for text in layer for form in _link_decodings(text) if form not in seen]
+        seen.update(decoded)
+        forms += dict.fromkeys(decoded)
+        layer = list(dict.fromkeys(decoded))
     return forms
+
+
+# A link's pieces: its path's segments and its query's and fragment's `name=value` pairs.
+_LINK_PIECES = re.compile(r"[^/?#&;]+")
+
+
+def _link_decodings(text: str) -> Iterator[str]:
+    """What a text (a link, or what part of one decoded to) decodes to, one layer: the whole
+    of it with HTML entities read; each of its pieces with a `%` or `+` URL-decoded (a pair
+    keeps its name, `ssn=078-05-1120`, as context for the detectors); its base64 and hex
+    runs decoded."""
+    if "&#" in text or ("&" in text and ";" in text):
+        # `&#52;&#49;…`, `&commat;`: a browser reads an attribute's entities.
+        yield html.unescape(text)
+    if "%" in text or "+" in text:
+        for piece in _LINK_PIECES.findall(text):
+            if "%" in piece or "+" in piece:
+                yield urllib.parse.unquote_plus(piece)
+                if "%" in piece and "+" in piece:
+                    yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
+    for data in _decoded_runs(text, text.encode("utf-8", "surrogatepass")):
+        decoded = _as_text(data)
+        if decoded is not None:
+            yield decoded
+
+
+# Printable ASCII and the white space of text, as bytes to delete (what is left is binary).
+_TEXT_BYTES = bytes([*range(0x20, 0x7F), *b"\t\r\n"])
+
+
+def _as_text(data: bytes) -> str | None:
+    """Decoded bytes as text, when they are: UTF-8, or at least 3/4 printable ASCII (digits
+    framed by a few binary bytes are still read, as U+FFFD between). The random bytes a word
+    of base64's or hex's letters decodes to (`library/urllib`, a commit id) are neither, and
+    are not scanned."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if 4 * len(data.translate(None, _TEXT_BYTES)) <= len(data):
+        return data.decode("utf-8", "replace")
+    return None
+
+
+class LinkScan(NamedTuple):
+    """What a text's links carry encoded (`scan_links`): the PII and secret hits in their
+    decoded forms, each spanning its whole link, and where the first link too long to decode
+    starts (None: none is)."""
+
+    findings: list[Finding]
+    too_long_at: int | None
+
+
+_LINK_FAMILIES: tuple[Category, ...] = ("pii", "secret")
+# The scans of the texts seen last (a reply is looked at by the text screen, then by the
+# message check): texts up to this long, at most this many.
+RECENT_LINK_CHARS = 4 * 1024
+RECENT_LINK_SCANS = 256
+_recent_links: dict[tuple[int, str], LinkScan] = {}
+
+
+def scan_links(
+    text: str, max_link_chars: int, should_stop: Callable[[], bool] | None = None
+) -> LinkScan:
+    """`LinkScan` of a text: the decoded forms of all its links (up to `max_link_chars`
+    long) scanned in one pass."""
+    known = _recent_links.get((max_link_chars, text))
+    if known is not None:
+        return known
+    forms: list[str] = []
+    starts: list[int] = []  # where each form starts in the forms joined
+    owners: list[tuple[int, int]] = []  # the link each form was decoded from
+    too_long_at: int | None = None
+    at = 0
+    for start, end in link_spans(text):
+        if end - start > max_link_chars:
+            too_long_at = start if too_long_at is None else too_long_at
+            continue
+        for form in link_forms(text[start:end]):
+            forms.append(form)
+            starts.append(at)
+            owners.append((start, end))
+            at += len(form) + 2
+    found: list[Finding] = []
+    if forms:
+        # One scan of them all, apart (`\n\n`): a scan's fixed cost is paid once a text.
+        for hit in scan_all("\n\n".join(forms), _LINK_FAMILIES, should_stop=should_stop):
+            start, end = owners[bisect.bisect_right(starts, hit.start) - 1]
+            found.append(msgspec.structs.replace(hit, start=start, end=end))
+    scan = LinkScan(found, too_long_at)
+    if len(text) <= RECENT_LINK_CHARS:
+        _recent_links[(max_link_chars, text)] = scan
+        if len(_recent_links) > RECENT_LINK_SCANS:
+            _recent_links.pop(next(iter(_recent_links)), None)
+    return scan
 
 
 def _marks(characters: bytes) -> bytes:
@@ -395,12 +579,20 @@ class SessionFacts:
 
     def remember_private(self, finding: Finding) -> None:
         if len(finding.value) >= MIN_TRACKED_LENGTH:
-            self.changed |= self.private_values.add(value_print(finding.value))
+            value = finding.value
+            # A phone number by its numbers only (one for `+1 …`, one to three written
+            # nationally): a contact list fills the session's memory no faster than before.
+            prints = (phone_prints(value) if finding.detector == PHONE else None) or [
+                value_print(value)
+            ]
+            self.changed |= self.private_values.add_all(prints)
 
-    def took_in_private(self, value: str) -> bool:
-        """Whether a private value came in content the agent took in."""
+    def took_in_private(self, value: str, detector: str | None = None) -> bool:
+        """Whether a private value (found by `detector`) came in content the agent took in."""
         known = self.private_values
-        return value_print(value) in known or verbatim_value_print(value) in known
+        if value_print(value) in known or verbatim_value_print(value) in known:
+            return True
+        return detector == PHONE and any(p in known for p in phone_prints(value))
 
     def carries_private(
         self, findings: Iterable[Finding], argument_prints: Callable[[], set[int]]
@@ -410,7 +602,7 @@ class SessionFacts:
         line; always true once the session remembered more than it can hold."""
         if self.private_saturated:
             return True
-        if any(self.took_in_private(f.value) for f in findings):
+        if any(self.took_in_private(f.value, f.detector) for f in findings):
             return True
         return carries_line(self.private_lines, argument_prints)
 

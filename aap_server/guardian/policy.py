@@ -197,9 +197,12 @@ class Limits(_Strict, frozen=True):
     A step carrying more than `max_scan_bytes` of content (UTF-8, all its texts together) is
     not scanned: it gets `over_limit` (`deny` by default: fail closed) with reason code
     `limit.scan_bytes`. `allow` lets it through unscanned (still counted as untrusted input
-    where it is one)."""
+    where it is one). A link in an agent's reply longer than `max_link_chars` is not decoded
+    (`memory.scan_links`): the reply gets `over_limit` too, with reason code
+    `limit.link_chars`."""
 
     max_scan_bytes: int = 1024 * 1024
+    max_link_chars: int = 16 * 1024
     over_limit: Literal["allow", "deny"] = "deny"
 
 
@@ -234,6 +237,8 @@ def validate(policy: Policy) -> Policy:
     seen: set[str] = set()
     if policy.limits.max_scan_bytes < 1:
         raise PolicyError("limits.max_scan_bytes: must be at least 1")
+    if policy.limits.max_link_chars < 1:
+        raise PolicyError("limits.max_link_chars: must be at least 1")
     # Imported here: the CLI imports this module for `PolicyError` alone, and should not pay
     # for compiling every detector pattern unless a policy is actually checked.
     from aap_server.guardian.detectors import detector_ids

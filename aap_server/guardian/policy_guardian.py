@@ -58,6 +58,7 @@ from aap_server.guardian.memory import (
     chunk_prints,
     decoded_forms,
     line_prints,
+    scan_links,
     window_prints,
 )
 from aap_server.guardian.policy import (
@@ -189,7 +190,9 @@ class _Step:
         "families",
         "findings",
         "learned",
+        "long_link",
         "policy",
+        "reads_links",
         "reads_untrusted_lines",
         "request",
         "view",
@@ -229,6 +232,10 @@ class _Step:
         # What provenance learning takes in from the texts, computed in the scan worker for a
         # step scanned there (an inline step's few words are taken in on the loop).
         self.learned: LearnedWords = {}
+        # A reply's links are decoded and scanned too (`_link_findings`); one too long to
+        # decode refuses the reply.
+        self.reads_links = view.method == "steps/message" and view.role == "agent"
+        self.long_link = False
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)` over the families the policy can use on this step, once per text:
@@ -239,8 +246,24 @@ class _Step:
             if found is None:
                 found = scan_all(text, self.families, should_stop=self.stopped)
                 self._recent.put(self.families, text, found)
+            if self.reads_links and "//" in text:
+                found = found + self._link_findings(text)
             self._scans[text] = found
         return found
+
+    def _link_findings(self, text: str) -> list[Finding]:
+        """The private values (PII, secrets) that a reply's links carry encoded (`scan_links`),
+        each spanning its whole link: the link is what a rule redacts. A link too long to
+        decode is noted (`long_link`)."""
+        scan = scan_links(text, self.policy.limits.max_link_chars, self.stopped)
+        self.long_link |= scan.too_long_at is not None
+        return scan.findings
+
+    def joined_part_findings(self) -> list[Finding]:
+        """The hits in a message's text parts read as one text, as a reader sees them shown
+        one after the other: a value split between two parts is found whole."""
+        parts = _message_parts(self.request)
+        return [] if parts is None else self.scan("".join(parts))
 
     def prepare(self, *, arguments: bool = False) -> None:
         """Everything costly, once: detector hits in the content (for egress tools also URLs
@@ -249,6 +272,8 @@ class _Step:
         untrusted content when a rule reads them). Linear in the step's content."""
         view = self.view
         found = [f for text in view.texts for f in self.scan(text)]
+        if len(view.texts) > 1:
+            found += self.joined_part_findings()
         if self.egress:
             egress = self.policy.egress
             for text in view.texts:
@@ -648,6 +673,8 @@ class PolicyGuardian(Guardian):
                     step.findings = step.findings + _pin_change_findings(request)
                 matching = [r for r in candidates.rules if _holds(r.match, step, facts)]
                 verdict = self._decide(step, facts, matching)
+                if step.long_link and policy.limits.over_limit == "deny":
+                    verdict = _long_link(policy)
             self._learn(step, facts, verdict)
         finally:
             if facts.changed:
@@ -707,6 +734,7 @@ class PolicyGuardian(Guardian):
         for rule in rules:
             assert rule.modify is not None
             if rule.modify.redact:
+                request = _redact_parts(request, rule.modify, step, facts)
                 request = rewrite(request, _redactor(rule.modify, step, facts))
             if rule.modify.restore:
                 request = rewrite(request, _restorer(rule.modify.restore, facts))
@@ -815,6 +843,18 @@ def _too_deep(policy: Policy) -> aos.AosSuccessResult:
     )
 
 
+def _long_link(policy: Policy) -> aos.AosSuccessResult:
+    """A reply's link is too long to decode and check (`[limits] max_link_chars`): what it
+    carries is unknown, so the reply is refused (fail closed) unless `over_limit = "allow"`."""
+    limit = policy.limits.max_link_chars
+    return aos.AosSuccessResult(
+        decision="deny",
+        message=f"a link in the reply is longer than the {limit} characters checked: deny",
+        reason_code=["limit.link_chars"],
+        data={"policyHash": policy.hash, "ruleId": "limits.link_chars"},
+    )
+
+
 def _busy(policy: Policy) -> aos.AosSuccessResult:
     """The caller has as many scans waiting as it may: this step is denied at once (fail
     closed), and only this caller's."""
@@ -850,43 +890,130 @@ def _shadowed(verdict: aos.AosSuccessResult) -> aos.AosSuccessResult:
 def _redactor(modify: Modify, step: _Step, facts: SessionFacts) -> Callable[[str], str]:
     """Replaces the findings of `modify.redact` detectors in a text. Built left to right from
     pieces (one pass, linear however many findings); overlapping findings are one span."""
-    redacted = _NameFilter(modify.redact)
-
-    def replacement(finding: Finding) -> str:
-        if modify.style == "placeholder":
-            return facts.placeholder(finding)
-        if modify.style == "mask":
-            return "*" * (finding.end - finding.start)
-        return modify.replacement
+    hits_of = _redacted_hits(modify, step, facts)
 
     def redact(text: str) -> str:
-        hits = sorted(
-            (f for f in step.scan(text) if redacted(f.detector)), key=lambda f: (f.start, -f.end)
-        )
-        if modify.only_untrusted:
-            hits = [f for f in hits if _from_untrusted(f, facts)]
-        if not hits:
-            return text
-        pieces: list[str] = []
-        done = 0  # text[:done] is accounted for
-        for finding in hits:
-            if finding.end <= done:
-                continue  # inside a span already replaced
-            if finding.start < done:  # overlaps it: mask the rest too
-                pieces.append("*" * (finding.end - done))
-            else:
-                pieces += (text[done : finding.start], replacement(finding))
-            done = finding.end
-        pieces.append(text[done:])
-        return "".join(pieces)
+        spans = _spans(hits_of(step.scan(text)), modify, facts)
+        return _split_spans([text], spans)[0] if spans else text
 
     return redact
+
+
+def _redacted_hits(
+    modify: Modify, step: _Step, facts: SessionFacts
+) -> Callable[[list[Finding]], list[Finding]]:
+    """Of a text's findings, those `modify` redacts, in order (by start, longest first)."""
+    redacted = _NameFilter(modify.redact)
+
+    def hits_of(found: list[Finding]) -> list[Finding]:
+        hits = sorted((f for f in found if redacted(f.detector)), key=lambda f: (f.start, -f.end))
+        if modify.only_untrusted:
+            hits = [f for f in hits if _from_untrusted(f, facts)]
+        return hits
+
+    return hits_of
+
+
+def _spans(hits: list[Finding], modify: Modify, facts: SessionFacts) -> list[tuple[int, int, str]]:
+    """What replaces what: (start, end, replacement) of the sorted `hits`, apart and in order;
+    a hit overlapping the one before masks the rest of it."""
+    spans: list[tuple[int, int, str]] = []
+    done = 0  # the end of the last span
+    for finding in hits:
+        if finding.end <= done:
+            continue  # inside a span already replaced
+        if finding.start < done:
+            spans.append((done, finding.end, "*" * (finding.end - done)))
+        elif modify.style == "placeholder":
+            spans.append((finding.start, finding.end, facts.placeholder(finding)))
+        elif modify.style == "mask":
+            spans.append((finding.start, finding.end, "*" * (finding.end - finding.start)))
+        else:
+            spans.append((finding.start, finding.end, modify.replacement))
+        done = finding.end
+    return spans
+
+
+def _message_parts(request: aos.AosRequest) -> list[str] | None:
+    """The texts of a message's text parts, when it has two or more (what is shown to the
+    reader one after the other); else None."""
+    params = request.params
+    if not isinstance(params, aos.MessageParams):
+        return None
+    parts = [p.text for p in params.message.content if isinstance(p, aos.TextPart)]
+    return parts if len(parts) > 1 else None
+
+
+def _redact_parts(
+    request: aos.AosRequest, modify: Modify, step: _Step, facts: SessionFacts
+) -> aos.AosRequest:
+    """A message of several text parts with what `modify` redacts in them read as one text
+    (`_Step.joined_part_findings`) redacted: a value split between parts is replaced in each
+    part it spans (a mask there masks each part's share of it; a replacement goes where the
+    value starts), every part kept, in place. Each part's own findings are redacted too, so
+    the per-string rewrite after this finds nothing more in them."""
+    parts = _message_parts(request)
+    if parts is None:
+        return request
+    hits_of = _redacted_hits(modify, step, facts)
+    found = list(step.scan("".join(parts)))
+    offset = 0
+    for part in parts:
+        found += (
+            msgspec.structs.replace(f, start=f.start + offset, end=f.end + offset)
+            for f in step.scan(part)
+        )
+        offset += len(part)
+    spans = _spans(hits_of(found), modify, facts)
+    if not spans:
+        return request
+    texts = iter(_split_spans(parts, spans))
+    assert isinstance(request.params, aos.MessageParams)
+    message = request.params.message
+    content = [
+        msgspec.structs.replace(p, text=next(texts)) if isinstance(p, aos.TextPart) else p
+        for p in message.content
+    ]
+    params = msgspec.structs.replace(
+        request.params, message=msgspec.structs.replace(message, content=content)
+    )
+    return msgspec.structs.replace(request, params=params)
+
+
+def _split_spans(parts: list[str], spans: list[tuple[int, int, str]]) -> list[str]:
+    """`parts` with `spans` (offsets into the parts joined, apart and in order) replaced: a
+    span across parts is replaced in the part where it starts and cut from the others, and a
+    mask (as many `*` as the span is long) masks each part's share. Linear."""
+    out: list[str] = []
+    at, index = 0, 0  # where the part starts in the joined text; the next span to apply
+    for part in parts:
+        end = at + len(part)
+        pieces: list[str] = []
+        done = at  # the joined text up to here is accounted for
+        while index < len(spans) and spans[index][0] < end:
+            start, stop, replacement = spans[index]
+            low, high = max(start, at), min(stop, end)
+            pieces.append(part[done - at : low - at])
+            if replacement == "*" * (stop - start):
+                pieces.append("*" * (high - low))
+            elif start >= at:
+                pieces.append(replacement)
+            done = high
+            if stop > end:
+                break  # it goes on in the next part
+            index += 1
+        pieces.append(part[done - at :])
+        out.append("".join(pieces))
+        at = end
+    return out
 
 
 def _from_untrusted(finding: Finding, facts: SessionFacts) -> bool:
     """Whether a detector hit's value came in untrusted content and not from the user."""
     value = finding.value
-    return facts.took_in_private(value) and not facts.provenance.given_by_user(value)
+    return facts.took_in_private(value, finding.detector) and not facts.provenance.given_by_user(
+        value
+    )
 
 
 def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding]:

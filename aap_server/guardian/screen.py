@@ -34,7 +34,8 @@ from aap_server.guardian.detectors import Category
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.pii import scan_pii_views
 from aap_server.guardian.detectors.secret_formats import scan_secrets_views
-from aap_server.guardian.policy import Match, Policy, Rule
+from aap_server.guardian.memory import scan_links
+from aap_server.guardian.policy import Limits, Match, Policy, Rule
 
 WINDOW = 64
 SCREENED: tuple[Category, ...] = ("secret", "pii")
@@ -48,8 +49,14 @@ _WINDOWED_CATEGORIES = {"secret": scan_secrets_views, "pii": scan_pii_views}
 
 
 class WindowScreen(TextScreen):
-    def __init__(self, window: int = WINDOW, categories: tuple[Category, ...] = SCREENED) -> None:
+    def __init__(
+        self,
+        window: int = WINDOW,
+        categories: tuple[Category, ...] = SCREENED,
+        max_link_chars: int = Limits().max_link_chars,
+    ) -> None:
         self.window = window
+        self.max_link_chars = max_link_chars
         self.scanners = [_WINDOWED_CATEGORIES[c] for c in categories if c in _WINDOWED_CATEGORIES]
         # The text from `_base` on (the last LOOKBEHIND released characters and all held
         # ones); deltas not yet joined wait in `_pieces`, so a delta costs O(its length).
@@ -116,6 +123,16 @@ class WindowScreen(TextScreen):
                 if end > released and start < cut:
                     start = max(start, released)
                     first = start if first is None else min(first, start)
+        region = text[released - base : cut - base]
+        if "//" in region:  # what the message check finds encoded in links (`scan_links`)
+            # (A release never cuts a token: each link is decoded once, whole.)
+            links = scan_links(region, self.max_link_chars)
+            starts = [f.start for f in links.findings]
+            if links.too_long_at is not None:
+                starts.append(links.too_long_at)
+            if starts:
+                at = min(starts) + released
+                first = at if first is None else min(first, at)
         return first
 
     def close(self) -> str:
@@ -199,4 +216,5 @@ def screen_for(policy: Policy) -> Callable[[], TextScreen]:
     if not categories:
         return PassThrough
     chosen = tuple(c for c in SCREENED if c in categories)
-    return lambda: WindowScreen(categories=chosen)
+    max_link_chars = policy.limits.max_link_chars
+    return lambda: WindowScreen(categories=chosen, max_link_chars=max_link_chars)

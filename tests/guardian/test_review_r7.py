@@ -518,11 +518,6 @@ async def test_the_mails_card_in_a_reply_is_masked() -> None:
     assert verdict.decision == "modify"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replies are scanned as written: a card the session read, URL-, base64- or "
-    "hex-encoded in a link or image of the reply, is neither masked nor stopped",
-)
 @pytest.mark.parametrize(
     "encoded",
     [
@@ -556,11 +551,6 @@ async def test_a_key_in_one_part_of_a_reply_is_redacted() -> None:
     assert (await guardian.check(request)).decision == "modify"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each text of a step is scanned alone: a `POST /aos` caller's reply of two text "
-    "parts (shown one after the other) carries a key or a card split between them",
-)
 @pytest.mark.parametrize(
     "parts",
     [["The key is AKIA", "Z7Q3K5M2N8P4R6T1, ok?"], ["card 4111 1111", " 1111 1111, ok?"]],
@@ -578,11 +568,6 @@ async def test_an_injection_recalled_from_memory_is_withheld() -> None:
     assert _decision(await guardian.check(make.memory_context([INJECTED]))) == "deny"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.value_print: a phone number from untrusted content written otherwise in "
-    "the reply is not recognised as from untrusted content, so it is not withheld",
-)
 async def test_a_phone_from_the_mail_written_otherwise_is_withheld_from_the_reply() -> None:
     guardian, make = await _after_untrusted_mail(
         "Who wrote to me?", "From Mallory, call me on +1 415 555 0132 today"

@@ -36,8 +36,10 @@ Choices (what counts, so that order numbers, timestamps and versions do not):
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Iterator
 
 import phonenumbers
@@ -288,6 +290,51 @@ def _regions_ending_in(size: int) -> tuple[str, ...]:
 
 
 _REGIONS_BY_LAST_GROUP = _regions_by_last_group()
+
+
+def _parsing_regions() -> tuple[str, ...]:
+    """One region of `PHONE_REGIONS` per way of reading a national number (the trunk and
+    international prefixes it strips): parsing in the others would give the same numbers."""
+    ways: dict[tuple[str | None, ...], str] = {}
+    for region in PHONE_REGIONS:
+        metadata = PhoneMetadata.metadata_for_region(region)
+        if metadata is not None:
+            way = (
+                metadata.national_prefix_for_parsing,
+                metadata.national_prefix_transform_rule,
+                metadata.national_prefix,
+                metadata.international_prefix,
+            )
+            ways.setdefault(way, region)
+    return tuple(ways.values())
+
+
+_PARSING_REGIONS = _parsing_regions()
+
+
+@functools.lru_cache(maxsize=_PHONE_CACHE_SIZE)
+def phone_national_numbers(value: str) -> tuple[str, ...]:
+    """The national significant numbers (`phonenumbers`: the digits after the country code
+    and trunk prefix) a phone number written as `value` can stand for: one for a number with
+    its country code (`+1 415 555 0132`, `0044 …` read as dialled from a region using `00`),
+    and for a national one (`(415) 555-0132`, `020 7946 0018`) each a region of
+    `PHONE_REGIONS` reads it as (the trunk prefix `1`, `0`, `8` or none stripped: usually one
+    or two numbers). So the same number, written with or without its country code, shares
+    one; the region is never guessed, every way is kept (see `memory.phone_prints`)."""
+    folded = unicodedata.normalize("NFKC", value)
+    regions: tuple[str | None, ...] = (
+        (None,) if folded.lstrip("( ").startswith("+") else _PARSING_REGIONS
+    )
+    found: dict[str, None] = {}
+    for region in regions:
+        try:
+            number = phonenumbers.parse(folded, region)
+        except phonenumbers.NumberParseException:
+            continue
+        significant = phonenumbers.national_significant_number(number)
+        if significant:
+            found[significant] = None
+    return tuple(found)
 
 
 def _phones(
