@@ -61,6 +61,9 @@ class Held:
     def whole(self) -> str:
         return "".join(self.pieces)
 
+    def whole_now(self) -> None:
+        """The model's response is whole (nothing to hold: see `Streamed.whole_now`)."""
+
     def finish(self) -> None:
         """The message was allowed: nothing to let out (no one reads deltas)."""
 
@@ -107,6 +110,7 @@ class Streamed:
         self._close_screen = False  # closed with nothing fed: the screen is told on a feed
         self._unscreened: list[str] = []  # fed, not yet given to the screen (`defer`)
         self._failed = False  # the screen raised: everything is held for the message check
+        self._checking = False  # the response is whole: unscreened text waits for the check
         self._waiting: list[str] = []  # let out by the screen, waiting for `after`
         # `sent`: text of this kind the client already holds in the same block (a response
         # whose calls were all hidden left its message open). The screen reads it first, so a
@@ -137,10 +141,17 @@ class Streamed:
                     self.defer(self.settle)
                 self._unscreened.append(delta)
 
+    def whole_now(self) -> None:
+        """The model's response is whole and its message check comes next: deltas not yet
+        screened wait for the check, which reads them all (the in-process guardian's check
+        takes about what one scan does), rather than being scanned twice."""
+        if self.defer is not None:
+            self._checking = True
+
     def settle(self) -> None:
         """Screen the deltas fed since the last settle, as one."""
         unscreened = self._unscreened
-        if unscreened:
+        if unscreened and not self._checking:
             self._unscreened = []
             self._screen(unscreened[0] if len(unscreened) == 1 else "".join(unscreened))
 
@@ -163,6 +174,8 @@ class Streamed:
         if not self._closed:
             self._closed = True
             self.settle()
+            if self._unscreened:  # the check comes next: the screen must not end before it
+                return
             if not self._length:  # nothing to let out (the usual thinking that never came):
                 self._close_screen = True  # no scan of ""
             elif not self._failed:

@@ -161,6 +161,34 @@ def test_a_message_checked_before_the_reader_woke_leaves_whole_unscanned() -> No
     assert deltas_of(events.take()) == WORDS
 
 
+def test_a_whole_response_waits_for_its_check_unscanned() -> None:
+    # The reader wakes while the message check runs (the check yielded to the loop): the
+    # response is whole, so its text waits for the check rather than being scanned first.
+    thinking, text, events = deferred(Counting)
+    text.feed(WORDS)
+    thinking.whole_now()
+    text.whole_now()
+    assert deltas_of(events.take()) == ""
+    assert isinstance(text.screen, Counting)
+    assert text.screen.scans == 0
+    thinking.finish()
+    text.finish()
+    assert deltas_of(events.take()) == WORDS
+    assert text.screen.scans == 0
+
+
+def test_a_refused_whole_response_lets_out_nothing_more() -> None:
+    thinking, text, events = deferred()
+    text.feed("card 4111 1111 ")
+    streamed = deltas_of(events.take())
+    text.feed("1111 1111 " + WORDS)
+    thinking.whole_now()
+    text.whole_now()
+    events.put_nowait(TurnStopEvent(stop_reason="refusal"))  # the check refused it
+    assert deltas_of(events.take()) == ""
+    assert "4111" not in streamed
+
+
 def test_another_event_waits_for_the_burst_before_it() -> None:
     _, text, events = deferred()
     text.feed(WORDS)
