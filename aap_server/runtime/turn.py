@@ -393,8 +393,9 @@ class TurnRun:
                     output_tokens=self.usage.output_tokens + output.output_tokens,
                 )
 
-        thinking.whole_now()
-        text.whole_now()
+        if self._deltas_seen:  # (held text waits for its check anyway)
+            thinking.whole_now()
+            text.whole_now()
         blocks = message_blocks(thinking.whole, text.whole)
         said = merge_blocks(opened + blocks)  # the client's fold of the open message
         self._open = []
