@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -55,8 +55,8 @@ class TurnStream:
     """The ASGI app that answers a streamed turn, written by the request's own task straight
     from the turn's events: no task in between, each wake-up takes every event ready (a
     model's burst of deltas) and sends their frames in one `send`, the last ones with the end
-    of the body. One task watches for the client going away; one timer per quiet period sends
-    a ping (moved on, not set again, while frames flow)."""
+    of the body. The client going away is watched without a task (`_Departure`); one timer
+    per quiet period sends a ping (moved on, not set again, while frames flow)."""
 
     def __init__(
         self,
@@ -75,20 +75,9 @@ class TurnStream:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         events, view, ping_seconds = self.events, self.view, self.ping_seconds
         loop = asyncio.get_running_loop()
-        gone = False  # the client disconnected
         ping_due = False
         wrote_at = loop.time()
         timer: asyncio.TimerHandle | None = None
-
-        async def watch() -> None:
-            nonlocal gone
-            try:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-            except Exception:
-                logger.exception("event stream: reading the request failed")
-            gone = True
-            events.wake()
 
         def ping() -> None:
             nonlocal timer, ping_due
@@ -101,12 +90,12 @@ class TurnStream:
 
         with self.counted():
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})
-            watching = loop.create_task(watch())
+            departure = _Departure(receive, events.wake)
             try:
                 sequence = 0
                 frames: list[bytes] = []  # framed, not yet sent
                 stopped = ended = False
-                while not gone:
+                while not departure.gone:
                     if ping_seconds > 0 and timer is None:
                         timer = loop.call_at(wrote_at + ping_seconds, ping)
                     ready = events.take()
@@ -136,7 +125,63 @@ class TurnStream:
             finally:
                 if timer is not None:
                     timer.cancel()
-                watching.cancel()  # nothing to wait for: it only ever reads `receive`
+                departure.close()  # nothing to wait for: it only ever reads `receive`
+
+
+class _Departure:
+    """Watches `receive` for the client going away (`http.disconnect`), stepping what it
+    returns by hand: each step runs from the done callback of the future it waits on, as a
+    task would run it, without a task's creation, first scheduling and cancellation per
+    stream. `on_gone` is called once, when the client has gone (or reading failed)."""
+
+    __slots__ = ("_on_gone", "_receive", "_step", "_waiting", "gone")
+
+    def __init__(self, receive: Callable[[], Awaitable[Any]], on_gone: Callable[[], None]):
+        self._receive = receive
+        self._on_gone = on_gone
+        self._step: Generator[Any, None, Any] | None = None  # the awaited receive
+        self._waiting: asyncio.Future[Any] | asyncio.Handle | None = None
+        self.gone = False
+        self._advance()
+
+    def _advance(self, _: object = None) -> None:
+        self._waiting = None
+        try:
+            while True:
+                if self._step is None:
+                    self._step = self._receive().__await__()
+                try:
+                    waits_on = self._step.send(None)
+                except StopIteration as done:
+                    self._step = None
+                    if done.value["type"] == "http.disconnect":
+                        break
+                    continue
+                if waits_on is None:  # a bare yield (`asyncio.sleep(0)`): go on next pass
+                    self._waiting = asyncio.get_running_loop().call_soon(self._advance)
+                else:
+                    waits_on._asyncio_future_blocking = False
+                    waits_on.add_done_callback(self._advance)
+                    self._waiting = waits_on
+                return
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            logger.exception("event stream: reading the request failed")
+        self._step = None
+        self.gone = True
+        self._on_gone()
+
+    def close(self) -> None:
+        """Stop watching (the stream ended): nothing more is read."""
+        waiting, self._waiting = self._waiting, None
+        if isinstance(waiting, asyncio.Handle):
+            waiting.cancel()
+        elif waiting is not None:
+            waiting.remove_done_callback(self._advance)
+        step, self._step = self._step, None
+        if step is not None:
+            step.close()
 
 
 def _body(body: bytes, *, more: bool) -> dict[str, Any]:

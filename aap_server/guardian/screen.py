@@ -25,8 +25,6 @@ token being written.
 
 from __future__ import annotations
 
-import re
-from collections import deque
 from collections.abc import Callable
 
 from aap_server.guardian.base import HoldMessage, PassThrough, TextScreen
@@ -44,7 +42,6 @@ SCREENED: tuple[Category, ...] = ("secret", "pii")
 LOOKBEHIND = 64
 # The openings of multi-line secrets, held from where they start until the message check.
 _OPENINGS = ("-----BEGIN",)
-_SPACE = re.compile(r"[ \n\t\r]")
 _WINDOWED_CATEGORIES = {"secret": scan_secrets_views, "pii": scan_pii_views}
 
 
@@ -65,8 +62,13 @@ class WindowScreen(TextScreen):
         self._pieces: list[str] = []
         self._length = 0
         self._released = 0
-        # Positions of spaces after the released mark, oldest first.
-        self._spaces: deque[int] = deque()
+        # Where a release may cut: the last whitespace at or before `_searched` (the newest
+        # limit looked at; -1: none). Each feed searches only the text the limit passed since
+        # (in `_recent`, the last `window` characters fed, and the delta): every character is
+        # searched once, in C, with no Python step per space.
+        self._last_space = -1
+        self._searched = -1
+        self._recent = ""
         # Once a finding is held, everything after it waits for the message check.
         self._stopped = False
         self.scanned_chars = 0  # work done, for tests and benchmarks
@@ -78,17 +80,29 @@ class WindowScreen(TextScreen):
             return ""
         offset = self._length
         self._pieces.append(delta)
-        self._length += len(delta)
-        self._spaces.extend(offset + m.start() for m in _SPACE.finditer(delta))
-        limit = self._length - self.window
-        # The last space at or before the limit (never split a token), found in amortised
-        # O(1): spaces the limit has passed are dropped.
-        spaces = self._spaces
-        while len(spaces) > 1 and spaces[1] <= limit:
-            spaces.popleft()
-        if not spaces or spaces[0] > limit or spaces[0] + 1 - self._released < self.window:
+        self._length = length = offset + len(delta)
+        window = self.window
+        limit = length - window
+        recent = self._recent + delta  # the text from `start` on
+        start = offset - len(self._recent)
+        self._recent = recent[len(recent) - window :] if len(recent) > window else recent
+        reach = min(limit, length - 1)  # (a window of 0 lets the limit pass the end)
+        if reach > self._searched:
+            # The last whitespace the limit passed since the last feed (never split a token).
+            low, high = self._searched + 1 - start, reach + 1 - start
+            at = max(
+                recent.rfind(" ", low, high),
+                recent.rfind("\n", low, high),
+                recent.rfind("\t", low, high),
+                recent.rfind("\r", low, high),
+            )
+            if at != -1:
+                self._last_space = at + start
+            self._searched = reach
+        space = self._last_space
+        if space < self._released or space + 1 - self._released < window:
             return ""
-        cut = spaces.popleft() + 1
+        cut = space + 1
         text = self._joined()
         stop = self._first_hold(text, cut)
         if stop is not None:

@@ -599,6 +599,7 @@ class AapService:
             state=snapshot.state,
             messages=messages,
             emit=turn.queue.put_nowait,
+            defer=turn.queue.defer,
             clock=self.clock,
             approval_timeout_seconds=self.approval_timeout_seconds,
             guardian_memory=snapshot.guardian_memory,

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 
 from aap_server.guardian import TextScreen
+from aap_server.guardian.screen import WindowScreen
 from aap_server.protocol import (
     ContentBlock,
     TextContentBlock,
@@ -60,6 +61,9 @@ class Held:
     def whole(self) -> str:
         return "".join(self.pieces)
 
+    def whole_now(self) -> None:
+        """The model's response is whole (nothing to hold: see `Streamed.whole_now`)."""
+
     def finish(self) -> None:
         """The message was allowed: nothing to let out (no one reads deltas)."""
 
@@ -73,7 +77,16 @@ class Streamed:
 
     A message is stored as [thinking, text], and a client folds deltas into blocks in arrival
     order: so text given `after=thinking` closes the thinking when it starts (the thinking
-    screen lets out what it safely can), and waits while any thinking is still held."""
+    screen lets out what it safely can), and waits while any thinking is still held.
+
+    With `defer` (the turn's `TurnEvents.defer`) and a screen that scans (`WindowScreen`),
+    deltas are not screened as they come: the first one of a burst registers `settle`, which
+    the stream's reader runs when it wakes (or the turn before its next other event), so a
+    model's burst is screened once, as one delta, and leaves as one event; a message allowed
+    before the reader woke is let out whole by `finish`, unscanned (its check read all of it).
+    The screen releases nothing unsafe however the text is split, so coarser deltas keep the
+    guarantee; and where its events fall was the screen's choice already, not the model's (a
+    screen that passes deltas through keeps the model's, and costs nothing to run at once)."""
 
     def __init__(
         self,
@@ -82,17 +95,22 @@ class Streamed:
         emit: Callable[[EngineEvent], None],
         after: Streamed | None = None,
         sent: str = "",
+        defer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.screen = screen
         self.event = event
         self.emit = emit
         self.after = after
+        self.defer = defer if isinstance(screen, WindowScreen) else None
         self.pieces: list[str] = []
         self.released: list[str] = []
         self._length = 0
         self._released_length = 0
         self._closed = False
         self._close_screen = False  # closed with nothing fed: the screen is told on a feed
+        self._unscreened: list[str] = []  # fed, not yet given to the screen (`defer`)
+        self._failed = False  # the screen raised: everything is held for the message check
+        self._checking = False  # the response is whole: unscreened text waits for the check
         self._waiting: list[str] = []  # let out by the screen, waiting for `after`
         # `sent`: text of this kind the client already holds in the same block (a response
         # whose calls were all hidden left its message open). The screen reads it first, so a
@@ -102,7 +120,7 @@ class Streamed:
         if sent:
             self.released.append(sent)
             self._resent = len(sent)
-            self._new(self.screen.feed(sent))
+            self._screen(sent)
 
     @property
     def whole(self) -> str:
@@ -114,32 +132,80 @@ class Streamed:
 
     def feed(self, delta: str) -> None:
         if delta:
+            self.pieces.append(delta)
+            self._length += len(delta)
+            if self.defer is None:
+                self._screen(delta)
+            else:
+                if not self._unscreened:
+                    self.defer(self.settle)
+                self._unscreened.append(delta)
+
+    def whole_now(self) -> None:
+        """The model's response is whole and its message check comes next: deltas not yet
+        screened wait for the check, which reads them all (the in-process guardian's check
+        takes about what one scan does), rather than being scanned twice."""
+        if self.defer is not None:
+            self._checking = True
+
+    def settle(self) -> None:
+        """Screen the deltas fed since the last settle, as one."""
+        unscreened = self._unscreened
+        if unscreened and not self._checking:
+            self._unscreened = []
+            self._screen(unscreened[0] if len(unscreened) == 1 else "".join(unscreened))
+
+    def _screen(self, delta: str) -> None:
+        if self._failed:
+            return
+        try:
             if self._close_screen:  # closed before its first delta: the screen learns it now
                 self._close_screen = False
                 self._send(self._new(self.screen.close()))
-            self.pieces.append(delta)
-            self._length += len(delta)
-            self._send(self._new(self.screen.feed(delta)))
+            released = self._new(self.screen.feed(delta))
+        except Exception:  # fail closed: nothing more leaves before the message check
+            logger.exception("the text screen failed: holding the message for its check")
+            self._failed = True
+            return
+        self._send(released)
 
     def close(self) -> None:
         """No more of this kind will come before the check: let out what the screen can."""
         if not self._closed:
             self._closed = True
-            if self._length:
-                self._send(self._new(self.screen.close()))
-            else:  # nothing to let out (the usual thinking that never came): no scan of ""
-                self._close_screen = True
+            self.settle()
+            if self._unscreened:  # the check comes next: the screen must not end before it
+                return
+            if not self._length:  # nothing to let out (the usual thinking that never came):
+                self._close_screen = True  # no scan of ""
+            elif not self._failed:
+                try:
+                    released = self._new(self.screen.close())
+                except Exception:
+                    logger.exception("the text screen failed: holding the message for its check")
+                    self._failed = True
+                    return
+                self._send(released)
 
     def finish(self) -> None:
-        """The message was allowed: let out what the screen still holds (after the thinking,
-        which the caller finishes first)."""
+        """The message was allowed: let out what the screen still holds and what it has not
+        seen (after the thinking, which the caller finishes first)."""
         self.after = None
-        self._send(self._new(self.screen.flush()))
+        if self._failed:  # what left so far is the whole text's beginning: send the rest
+            self._waiting, self._unscreened = [], []
+            self._send(self.whole[self._released_length :])
+            return
+        rest = self.screen.flush()
+        if self._unscreened:
+            rest += "".join(self._unscreened)
+            self._unscreened = []
+        self._send(self._new(rest))
 
     def finish_as(self, modified: str) -> None:
         """The message was modified: send the rest of the modified text, if what already left
         is its beginning (a screen that released text should have caught what gets modified)."""
-        self.after, self._waiting = None, []  # never sent: the modified text replaces it
+        # Never sent: the modified text replaces it.
+        self.after, self._waiting, self._unscreened = None, [], []
         sent = "".join(self.released)
         if modified.startswith(sent):
             self._send(modified[len(sent) :])

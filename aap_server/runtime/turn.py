@@ -120,6 +120,7 @@ class TurnRun:
         refuse_modified_input: bool = False,
         deltas_seen: bool = True,
         defer_input: bool = False,
+        defer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.hosted = hosted
         self.agent = hosted.agent
@@ -141,6 +142,9 @@ class TurnRun:
         # before anything is acknowledged (README "Benchmarks": durability).
         self._defer_input = defer_input
         self._deferred: StepWrite | None = None
+        # Where a delta screen's work waits for the stream's reader (`TurnEvents.defer`): a
+        # model's burst of deltas is screened once, as one (`Streamed`).
+        self._defer_screening = defer
         self.messages = messages
         self.emit = emit
         self.clock = clock
@@ -356,6 +360,7 @@ class TurnRun:
                 ThinkingDeltaEvent,
                 self.emit,
                 sent="".join(b.thinking for b in opened if isinstance(b, ThinkingContentBlock)),
+                defer=self._defer_screening,
             )
             text = Streamed(
                 self.guardian.text_screen(),
@@ -363,6 +368,7 @@ class TurnRun:
                 self.emit,
                 after=streamed,
                 sent="".join(b.text for b in opened if isinstance(b, TextContentBlock)),
+                defer=self._defer_screening,
             )
             thinking = streamed
         else:
@@ -387,6 +393,9 @@ class TurnRun:
                     output_tokens=self.usage.output_tokens + output.output_tokens,
                 )
 
+        if self._deltas_seen:  # (held text waits for its check anyway)
+            thinking.whole_now()
+            text.whole_now()
         blocks = message_blocks(thinking.whole, text.whole)
         said = merge_blocks(opened + blocks)  # the client's fold of the open message
         self._open = []
