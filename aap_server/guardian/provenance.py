@@ -285,12 +285,11 @@ _NUMBER = re.compile(
 )
 _SEPARATOR = re.compile(rf"([,.{_GROUP_MARK}])")
 
-# ASCII text spells an amount other than as a word of its own only with one of these
-# characters (`$9731`, `amount=9731`, `\\"9731\\"`) or one of these shapes once digits are
-# `0`, letters and `:` are `a` (`rent:9731`, `eur9731`, `9731eur`, `9,731`): found by C-level
-# searches, so that text with none (most prose and JSON) costs no regular-expression pass.
-_AMOUNT_CHARS = ("$", "=", "\\")
-_AMOUNT_SHAPES = (b"aa0", b"0aa", b"0,0")
+# ASCII text spells an amount other than as a word of its own only with `$`, `=` or `\\`
+# (`$9731`, `amount=9731`, `\\"9731\\"`) or, digits made `0` and letters and `:` made `a`
+# (`_SHAPES`), with `aa0`, `0aa` or `0,0` (`rent:9731`, `eur9731`, `9731eur`, `9,731`): found
+# by C-level searches, so that text with none (most prose and JSON) costs no regular
+# expression pass.
 
 
 def _shapes_table() -> bytes:
@@ -308,9 +307,13 @@ _SHAPES = _shapes_table()
 def _amount_prints(lowered: str) -> list[int]:
     """Fingerprints of the numbers a lower-cased text spells (`_amounts`)."""
     if lowered.isascii():
-        if not any(char in lowered for char in _AMOUNT_CHARS):
+        # (Spelled out: a loop over the characters and shapes costs more than the searches
+        # in a short text, which most are.)
+        if "$" not in lowered and "=" not in lowered and "\\" not in lowered:
             shaped = lowered.encode("ascii").translate(_SHAPES)
-            if not any(shape in shaped for shape in _AMOUNT_SHAPES):
+            if b"0" not in shaped or (
+                b"aa0" not in shaped and b"0aa" not in shaped and b"0,0" not in shaped
+            ):
                 return []
     else:
         lowered = unicodedata.normalize("NFKC", lowered.translate(_GROUP_SPACES))
@@ -374,9 +377,9 @@ def _money_prints(text: str) -> list[int]:
 
 def words_of(text: str, values_only: bool) -> list[int]:
     """Fingerprints of a text's distinct words (`values_only`: only value-like ones, with a
-    digit, `@`, `/` or an inner dot), and of the hosts of its URLs. Splitting runs at C
-    speed; Python touches each distinct word once, and a word seen before (`_token_prints`)
-    only to look it up."""
+    digit, `@`, `/` or an inner dot), of the hosts of its URLs, and of the numbers it spells
+    (`_amount_prints`). Splitting runs at C speed; Python touches each distinct word once,
+    and a word seen before (`_token_prints`) only to look it up."""
     lowered = text.lower()
     words: Collection[str] | None = _value_words(lowered) if values_only else None
     if words is None:
@@ -384,12 +387,11 @@ def words_of(text: str, values_only: bool) -> list[int]:
         if values_only:
             words = set(filter(_HAS_VALUE_CHAR.search, words))
     prints = list(_words_prints(words)) if words else []
-    # (An amount is inside one word of ASCII text: those of the value words, if picked.)
-    spelled = " ".join(words) if lowered.isascii() else lowered
-    prints += _amount_prints(spelled)
     if "://" in text:
         prints += [_print(host) for _, host in _URL_HOST.findall(lowered)]
-    return prints
+    # An amount is inside one word of ASCII text (one with a digit, a value word): read in
+    # the distinct words, far shorter than prose.
+    return prints + _amount_prints(" ".join(words) if lowered.isascii() else lowered)
 
 
 # The fingerprints `learn` takes in, by (text, values_only), computed ahead by `words_to_learn`.
