@@ -32,6 +32,8 @@ import functools
 import itertools
 import operator
 import re
+import string
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
@@ -255,11 +257,129 @@ _DELIMITERS_AS_SPACE = str.maketrans(_DELIMITERS, " " * len(_DELIMITERS))
 _DELIMITERS_AS_SPACE_BYTES = bytes.maketrans(_DELIMITERS.encode(), b" " * len(_DELIMITERS))
 
 
+# --- Amounts: the numbers a text spells around its words ---------------------------------
+#
+# A fooled model pays the 9731 a mail spelled `$9731`, `9,731`, `EUR9731`, `rent:9731`,
+# `amount=9731`, `\\"9731\\"`, full-width digits or `9.731,00 EUR`: none of those words is `9731`.
+# So a text also yields the numbers it spells (`_amount_prints`), read as a tool's number
+# argument prints (`9731`, `45.5`), whichever its origin (the user's `$9,731` is the user's).
+
+# The currencies whose ISO codes are read glued to a number (`EUR9731`, `9731usd`).
+_CURRENCY_CODES = (
+    "usd|eur|gbp|chf|jpy|cny|rmb|inr|cad|aud|nzd|sek|nok|dkk|pln|czk|huf|rub|brl|mxn"
+    "|krw|sgd|hkd|ils|aed|sar|btc|eth"
+)
+_CURRENCY_SIGNS = "$€£¥₹₽₩₺₪₫฿₴₦¢"
+# A thin or no-break space between digit groups (`9 731`), kept apart from other spaces
+# (NFKC, which makes full-width digits ASCII, makes it a plain space: `pay 3 100` is no 3100).
+_GROUP_MARK = "\ue000"
+_GROUP_SPACES = str.maketrans(dict.fromkeys("\u00a0\u202f\u2009\u2007", _GROUP_MARK))
+# A number: a run of digits and group or decimal separators, not inside a word, a path, a
+# date or a version (`v2`, `2024-05-01`, `05/01`: no `-`, `/` or letter beside it) unless
+# the letters are a currency code. Linear: a run starts only where no digit or separator
+# precedes it, so each character is tried as a start at most once and matched once.
+_NUMBER = re.compile(
+    rf"\d(?:(?<![\w/.,{_GROUP_MARK}-]\d)|(?<=(?:{_CURRENCY_CODES})\d))"
+    rf"\d*(?:[,.{_GROUP_MARK}]\d+)*"
+    rf"(?:(?![\w/-]|[,.{_GROUP_MARK}]\d)|(?=(?:{_CURRENCY_CODES})(?![a-z])))"
+)
+_SEPARATOR = re.compile(rf"([,.{_GROUP_MARK}])")
+
+# ASCII text spells an amount other than as a word of its own only with `$`, `=` or `\\`
+# (`$9731`, `amount=9731`, `\\"9731\\"`) or, digits made `0` and letters and `:` made `a`
+# (`_SHAPES`), with `aa0`, `0aa` or `0,0` (`rent:9731`, `eur9731`, `9731eur`, `9,731`): found
+# by C-level searches, so that text with none (most prose and JSON) costs no regular
+# expression pass.
+
+
+def _shapes_table() -> bytes:
+    table = bytearray(b" " * 256)
+    table[ord("0") : ord("9") + 1] = b"0" * 10
+    for char in string.ascii_letters + ":":
+        table[ord(char)] = ord("a")
+    table[ord(",")] = ord(",")
+    return bytes(table)
+
+
+_SHAPES = _shapes_table()
+
+
+def _amount_prints(lowered: str) -> list[int]:
+    """Fingerprints of the numbers a lower-cased text spells (`_amounts`)."""
+    if lowered.isascii():
+        # (Spelled out: a loop over the characters and shapes costs more than the searches
+        # in a short text, which most are.)
+        if "$" not in lowered and "=" not in lowered and "\\" not in lowered:
+            shaped = lowered.encode("ascii").translate(_SHAPES)
+            if b"0" not in shaped or (
+                b"aa0" not in shaped and b"0aa" not in shaped and b"0,0" not in shaped
+            ):
+                return []
+    else:
+        lowered = unicodedata.normalize("NFKC", lowered.translate(_GROUP_SPACES))
+    found = {amount for run in set(_NUMBER.findall(lowered)) for amount in _amounts(run)}
+    return [_print(amount) for amount in found if len(amount) >= MIN_VALUE_CHARS]
+
+
+def _amounts(run: str) -> list[str]:
+    """How a run of digits and separators reads as a number (`9,731.50` is `9731.5`,
+    `9.731,00` is `9731`, `9 731` is `9731`): as a tool's number argument prints, without
+    group separators or trailing zeros. `9,731` or `9.731` alone reads both ways (thousands
+    or a decimal). Not a number (none): groups of other sizes (`1.2.3`, `192.168.1.1`,
+    `01.05.2024`)."""
+    if not run.isascii():  # (digits of other scripts, which NFKC leaves)
+        run = "".join(str(unicodedata.digit(c)) if c.isdigit() else c for c in run)
+    pieces = _SEPARATOR.split(run)
+    groups, separators = pieces[0::2], pieces[1::2]
+    if not separators:
+        return [run]
+    fraction = None
+    if separators[-1] != _GROUP_MARK and len(groups[-1]) != 3:
+        fraction = groups.pop()
+        point = separators.pop()
+        if point in separators:
+            return []
+    if separators and (
+        len(set(separators)) > 1
+        or not 1 <= len(groups[0]) <= 3
+        or any(len(group) != 3 for group in groups[1:])
+    ):
+        return []
+    whole = "".join(groups)
+    if fraction is not None:
+        decimals = fraction.rstrip("0")
+        return [f"{whole}.{decimals}" if decimals else whole]
+    amounts = [whole]
+    if len(separators) == 1 and separators[0] != _GROUP_MARK:
+        decimal = groups[1].rstrip("0")  # `9,731` or `9.731`: a decimal too
+        amounts.append(f"{groups[0]}.{decimal}" if decimal else groups[0])
+    return amounts
+
+
+# A call's argument that is an amount with its currency (`9731 EUR`, `$ 9,731.00`).
+_MONEY = re.compile(
+    rf"[\s{_GROUP_MARK}]*(?:[{_CURRENCY_SIGNS}]|(?:{_CURRENCY_CODES})(?![a-z]))?"
+    rf"[\s{_GROUP_MARK}]*(\d+(?:[,.{_GROUP_MARK}]\d+)*)[\s{_GROUP_MARK}]*"
+    rf"(?:[{_CURRENCY_SIGNS}]|(?:{_CURRENCY_CODES}))?[\s{_GROUP_MARK}]*"
+)
+
+
+def _money_prints(text: str) -> list[int]:
+    """Fingerprints of the number an argument written as an amount with its currency is."""
+    if len(text) > MAX_VALUE_CHARS:
+        return []
+    lowered = unicodedata.normalize("NFKC", text.lower().translate(_GROUP_SPACES))
+    money = _MONEY.fullmatch(lowered)
+    if money is None:
+        return []
+    return [_print(amount) for amount in _amounts(money[1]) if len(amount) >= MIN_VALUE_CHARS]
+
+
 def words_of(text: str, values_only: bool) -> list[int]:
     """Fingerprints of a text's distinct words (`values_only`: only value-like ones, with a
-    digit, `@`, `/` or an inner dot), and of the hosts of its URLs. Splitting runs at C
-    speed; Python touches each distinct word once, and a word seen before (`_token_prints`)
-    only to look it up."""
+    digit, `@`, `/` or an inner dot), of the hosts of its URLs, and of the numbers it spells
+    (`_amount_prints`). Splitting runs at C speed; Python touches each distinct word once,
+    and a word seen before (`_token_prints`) only to look it up."""
     lowered = text.lower()
     words: Collection[str] | None = _value_words(lowered) if values_only else None
     if words is None:
@@ -269,7 +389,9 @@ def words_of(text: str, values_only: bool) -> list[int]:
     prints = list(_words_prints(words)) if words else []
     if "://" in text:
         prints += [_print(host) for _, host in _URL_HOST.findall(lowered)]
-    return prints
+    # An amount is inside one word of ASCII text (one with a digit, a value word): read in
+    # the distinct words, far shorter than prose.
+    return prints + _amount_prints(" ".join(words) if lowered.isascii() else lowered)
 
 
 # The fingerprints `learn` takes in, by (text, values_only), computed ahead by `words_to_learn`.
@@ -561,4 +683,6 @@ def call_of(arguments: dict[str, Any], tool: ToolFacts, accounts: Iterable[str] 
                 targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
             if value:
                 values += words_of(text, values_only=True)
+            elif consequential:  # (`9731 EUR`: an amount with its currency, spaced)
+                values += _money_prints(text)
     return Call(targets=[t for t in targets if t], values=values)

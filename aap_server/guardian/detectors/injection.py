@@ -200,10 +200,27 @@ def _overrides(v: TextViews, *, joined: bool = False) -> list[Finding]:
             spaced.append((start, end))
     if spaced:  # `ignore_all_previous_instructions`, `IgnoreAllPrevious…`, `system_prompt`
         seen = {(f.start, f.end) for f in out}
-        out += [
-            f for f in scan_spaced(text, spaced, _all_overrides) if (f.start, f.end) not in seen
-        ]
+        found = scan_spaced(text, spaced, _all_overrides)
+        # Names before `:` or `=` are left alone above (code: `ignore_case=True`); a name
+        # that is an override phrase whole is one all the same (`IgnorePreviousInstructions=1`,
+        # `"ignore_all_previous_instructions": …`). (A name before `(` stays code.)
+        found += scan_spaced(text, _code_names(text, spaced), _all_overrides)
+        out += [f for f in found if (f.start, f.end) not in seen]
     return out
+
+
+# A name used as code or a key: a run of name characters (at most 80: bounded work at each
+# start, and a start only where no name character precedes) before `:` or `=`.
+_CODE_NAME = re.compile(r"(?<![A-Za-z0-9_.+-])[A-Za-z0-9_.+-]{1,80}(?=[\"'`]?[ \t]*[:=])")
+
+
+def _code_names(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans of the names used as code in `windows` of `text`."""
+    return [
+        m.span()
+        for start, end in merge_windows(windows)
+        for m in _CODE_NAME.finditer(text, start, end)
+    ]
 
 
 def _all_overrides(v: TextViews) -> list[Finding]:

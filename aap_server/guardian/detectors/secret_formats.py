@@ -573,6 +573,17 @@ def _name_facts(reversed_name: str, reversed_before: str | None) -> _Name:
 
 # `curl -u user:password`, `--user user:password`, httpie's `--auth user:password`.
 _USER_FLAGS = frozenset(("-u", "--user", "--auth"))
+# The same quoted (`-u 'user:password'`), read backwards from the opening quote: a user flag
+# (a word of its own) and the spaces after it.
+_REVERSED_USER_FLAG = re.compile(r"[ \t]{1,4}(?:u-|resu--|htua--)(?![\w-])")
+
+
+def _after_quoted_user_flag(text: str, name_start: int, backwards: Backwards) -> bool:
+    """Whether the name at `name_start` opens a quoted `user:password` after a user flag."""
+    quote = name_start - 1
+    if quote < 1 or text[quote] not in "'\"":
+        return False
+    return backwards.match(_REVERSED_USER_FLAG, quote, 16) is not None
 
 
 def _credential_name(name: str, parts: list[str]) -> tuple[str, bool]:
@@ -738,6 +749,12 @@ def _assignments(text: str, out: list[Finding]) -> None:
                 facts = _name_facts(pair.group(1), None)
         elif facts.user_flag == "before" and operator[0] == ":":
             facts = _PASSWORD_NAME  # `-u bob:<password>`
+        elif (
+            operator[0] == ":"
+            and name.group(2) is None
+            and _after_quoted_user_flag(text, length - name.end(1), backwards)
+        ):
+            facts = _PASSWORD_NAME  # `-u 'bob:<password>'`, `--user "bob:<password>"`
         elif facts.user_flag == "name" and operator[0] == "=" and ":" in value:
             colon = value.index(":") + 1  # `--user=bob:<password>`
             start, value, facts = start + colon, value[colon:], _PASSWORD_NAME
