@@ -197,7 +197,10 @@ def test_appends_and_pages_are_index_seeks_not_scans() -> None:
             steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, parameters)]
             reads = [step for step in steps if " history" in step or " guardian" in step]
             assert reads, steps
-            assert all("USING PRIMARY KEY (session_id=?)" in step for step in reads), steps
+            # A seek in the (session_id, seq) index (migration 10), not a scan.
+            assert all(
+                step.startswith("SEARCH") and "_by_seq (session_id=?)" in step for step in reads
+            ), steps
         plan = " ".join(
             row[3]
             for row in conn.execute(
