@@ -203,9 +203,10 @@ MIGRATIONS: tuple[str, ...] = (
     # of a clustered tree (every session has its own end), a row that does not fit splits its
     # page and SQLite rebalances it with two siblings: 3-4 pages, 4 KB each, written to the WAL
     # at COMMIT. At the end of the tree a full page is simply followed by a new one, shared by
-    # every step of a group; the index entries are small (measured, a `none` turn's step:
-    # 10.7 WAL pages written, 7.3 after). Same columns and uniqueness; the rows are copied in
-    # key order.
+    # every step of a group; the index entries are small (`python bench/store.py --against`, a
+    # `none` turn's step in groups of 50: 8.4 WAL pages written, 3.5 after). Reading one
+    # session's rows now visits pages shared with others (a history page ~20% slower). Same
+    # columns and uniqueness; the rows are copied in key order (~8 s per GB of database).
     """
     CREATE TABLE history_full_log (
         session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,

@@ -587,7 +587,8 @@ class _Known:
         for owner, (sessions, stored) in self.owed.items():
             params = (owner, sessions, stored)
             if self.shared:  # not kept: other processes change it too
-                conn.execute(_ADD_USAGE, params)
+                if sessions or stored:
+                    conn.execute(_ADD_USAGE, params)
                 continue
             used = self.usage.get(owner)
             if used is None:
