@@ -16,7 +16,9 @@ sessions against one of that many, interleaved (cost must not grow with the sess
 instead compares this tree's store with the one of a git ref, alternated round by round in
 fresh processes: the CPU per commit of a `none` turn's step (two messages to each history,
 two audit entries, a guardian memory record), one at a time and 50 sessions at once, split
-into the event loop's thread and the others (the writer), from /proc schedstat.
+into the event loop's thread and the others (the writer), from /proc schedstat; and the WAL
+pages each commit wrote when 50 commit at once (what the COMMIT appends to the WAL: its
+largest part, with the checkpointer stopped so the WAL only grows).
 """
 
 from __future__ import annotations
@@ -254,7 +256,30 @@ async def measure_round() -> dict[str, list[float]]:
             ]
         finally:
             await store.close()
+        figures["WAL pages"] = [await wal_pages(Path(tmp) / "wal.db")]
     return figures
+
+
+async def wal_pages(path: Path, rounds: int = 20) -> float:
+    """WAL pages written per commit of a `turn_step` while 50 sessions commit at once."""
+    store = SqliteSessionStore(str(path))
+    await store.open()
+    try:
+        if store.checkpointer is not None:
+            store.checkpointer.stop()
+            store.checkpointer = None
+        sessions = [await new_session(store, 10) for _ in range(CONCURRENCY)]
+        for i in range(rounds):  # past every table's first pages
+            await asyncio.gather(*(store.commit(s, turn_step(i)) for s in sessions))
+        (page,) = await store._read(lambda conn: conn.execute("PRAGMA page_size").fetchone())
+        wal = f"{path}-wal"
+        before = await asyncio.to_thread(os.path.getsize, wal)
+        for i in range(rounds):
+            await asyncio.gather(*(store.commit(s, turn_step(i)) for s in sessions))
+        frames = (await asyncio.to_thread(os.path.getsize, wal) - before) / (page + 24)
+        return float(frames / (rounds * CONCURRENCY))
+    finally:
+        await store.close()
 
 
 def against(ref: str, rounds: int) -> None:
@@ -278,6 +303,11 @@ def against(ref: str, rounds: int) -> None:
     print(f"CPU µs per commit of a `none` turn's step, median of {rounds} alternated rounds")
     print(f"{'':<14} {'tree':<12} {'loop':>7} {'writer':>7} {'total':>7}")
     for label in results["this tree"]:
+        if label == "WAL pages":
+            for name in trees:
+                pages = statistics.median(p[0] for p in results[name][label])
+                print(f"{'WAL pages':<14} {name:<12} {pages:7.2f} per commit (50 at once)")
+            continue
         for name in trees:
             pairs = results[name][label]
             loop = statistics.median(p[0] for p in pairs)

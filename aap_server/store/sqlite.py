@@ -18,10 +18,11 @@ owner and audit chain head (`_Heads`) and, with one process on the file, each ow
 bytes (`_Known`), changed only as the transactions that change them commit; with several
 worker processes a step checks its copy against the session's row (version, created_at) in
 its own transaction and reads the heads again when another process wrote. With one process,
-a `none` turn's step is 6 statements: one INSERT per history, the audit entries and their
-chain head, the owner's bytes, the guardian memory record (before: 12, and a read of the
-owner's counter on the reader at each turn's start); with several, 2 more (the session's
-version and the row that checks the copy and the turn's lease).
+a `none` turn's step is 5 statements: one INSERT per history, the audit entries and their
+chain head, the guardian memory record (before: 12, and a read of the owner's counter on
+the reader at each turn's start); with several, 2 more (the session's version and the row
+that checks the copy and the turn's lease). The owners' counters are written once per group,
+before its COMMIT (`_Known.settle`).
 """
 
 from __future__ import annotations
@@ -525,22 +526,51 @@ class _Known:
     """What the writer thread knows the database holds without reading it: each session's
     heads and (one process on the file) each owner's stored bytes, as the last transaction
     that wrote them left them. With other processes on the file (`shared`) the heads are
-    checked against the session's row in every step, and stored bytes are not kept."""
+    checked against the session's row in every step, and stored bytes are not kept.
 
-    __slots__ = ("heads", "shared", "usage")
+    Also what the open group transaction owes the owners' counters (`owed`: owner ->
+    (sessions, stored bytes) to add, a write's own in `owed_step` until its savepoint is
+    kept): each owner's row is updated once, just before the group's COMMIT (`settle`),
+    not by every write (one UPSERT per owner per group instead of one per step). A read of
+    the counters inside the group adds what is owed (`owed_by`)."""
+
+    __slots__ = ("heads", "owed", "owed_step", "shared", "usage")
 
     def __init__(self, shared: bool) -> None:
         self.shared = shared
         self.heads: _Layered[str, _Heads] = _Layered(KNOWN_SESSIONS)
         self.usage: _Layered[str, int] = _Layered(0 if shared else KNOWN_OWNERS)
+        self.owed: dict[str, tuple[int, int]] = {}
+        self.owed_step: dict[str, tuple[int, int]] = {}
+
+    def owe(self, owner: str, sessions: int, stored_bytes: int) -> None:
+        was = self.owed_step.get(owner)
+        if was is not None:
+            sessions, stored_bytes = was[0] + sessions, was[1] + stored_bytes
+        self.owed_step[owner] = (sessions, stored_bytes)
+
+    def owed_by(self, owner: str) -> tuple[int, int]:
+        """(sessions, stored bytes) the writes so far in this transaction add to `owner`'s."""
+        group = self.owed.get(owner, (0, 0))
+        step = self.owed_step.get(owner, (0, 0))
+        return group[0] + step[0], group[1] + step[1]
 
     def release(self) -> None:
         self.heads.release()
         self.usage.release()
+        if self.owed_step:
+            owed = self.owed
+            for owner, (sessions, stored) in self.owed_step.items():
+                was = owed.get(owner)
+                owed[owner] = (
+                    (sessions, stored) if was is None else (was[0] + sessions, was[1] + stored)
+                )
+            self.owed_step.clear()
 
     def undo(self) -> None:
         self.heads.undo()
         self.usage.undo()
+        self.owed_step.clear()
 
     def commit(self) -> None:
         self.heads.commit()
@@ -549,6 +579,28 @@ class _Known:
     def abort(self) -> None:
         self.heads.abort()
         self.usage.abort()
+        self.owed.clear()
+        self.owed_step.clear()
+
+    def settle(self, conn: sqlite3.Connection) -> None:
+        """Add what the group's kept writes owe to each owner's counters (in the group's
+        transaction, before its COMMIT); with one process, note each one's stored bytes."""
+        self.release()
+        for owner, (sessions, stored) in self.owed.items():
+            params = (owner, sessions, stored)
+            if self.shared:  # not kept: other processes change it too
+                if sessions or stored:
+                    conn.execute(_ADD_USAGE, params)
+                continue
+            used = self.usage.get(owner)
+            if used is None:
+                (used,) = conn.execute(_ADD_USAGE_RETURNING, params).fetchone()
+            else:
+                if sessions or stored:
+                    conn.execute(_ADD_USAGE, params)
+                used += stored
+            self.usage.put(owner, used)
+        self.owed.clear()
 
 
 def _group_transaction(
@@ -577,6 +629,7 @@ def _group_transaction(
                     conn.execute("ROLLBACK")
                 conn.execute("BEGIN IMMEDIATE")
                 outcomes = [_savepoint(conn, known, body) for body in bodies]
+        known.settle(conn)
         conn.execute("COMMIT")
     except BaseException:
         known.abort()
@@ -738,25 +791,10 @@ def _commit_sync(
         added += _insert_audit(conn, session_id, rows)
         heads.audit = (rows[-1][1], rows[-1][4])
     if added:
-        _add_usage(conn, known, heads.owner, 0, added)
+        known.owe(heads.owner, 0, added)
     if step.guardian_memory is not None:
         heads.memory_log = _write_memory(conn, session_id, step.guardian_memory, heads.memory_log)
     known.heads.put(session_id, heads)
-
-
-def _add_usage(
-    conn: sqlite3.Connection, known: _Known, owner: str, sessions: int, stored_bytes: int
-) -> None:
-    if known.shared:  # not kept: other processes change it too
-        conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes))
-        return
-    used = known.usage.get(owner)
-    if used is None:
-        (used,) = conn.execute(_ADD_USAGE_RETURNING, (owner, sessions, stored_bytes)).fetchone()
-    else:
-        conn.execute(_ADD_USAGE, (owner, sessions, stored_bytes))
-        used += stored_bytes
-    known.usage.put(owner, used)
 
 
 def _write_memory(
@@ -783,6 +821,7 @@ def _read_memory(conn: sqlite3.Connection, session_id: str) -> GuardianMemory | 
 
 def _take_lease_sync(
     conn: sqlite3.Connection,
+    known: _Known,
     session_id: str,
     turn_id: str,
     ttl_ms: int,
@@ -802,7 +841,8 @@ def _take_lease_sync(
     if max_turns and running >= max_turns:  # in the write transaction: workers are serialised
         raise QuotaExceededError("turns", max_turns, running)  # rolls the take back
     if quota is not None:
-        check_quota(quota, None if stored is None else (0, stored), 0, 1)
+        owed = known.owed_by(owner)[1]  # this group's writes before this one
+        check_quota(quota, None if stored is None and not owed else (0, (stored or 0) + owed), 0, 1)
     return TurnClaim(shared=True, version=version)
 
 
@@ -857,17 +897,27 @@ def _append_audit(conn: sqlite3.Connection, chain: str, drafts: Sequence[AuditDr
 
 
 def _check_quota(
-    conn: sqlite3.Connection, limits: StoreLimits, owner: str, new_sessions: int, new_bytes: int
+    conn: sqlite3.Connection,
+    limits: StoreLimits,
+    owner: str,
+    new_sessions: int,
+    new_bytes: int,
+    owed: tuple[int, int] = (0, 0),
 ) -> None:
+    """QuotaExceededError unless `owner` can take more; `owed`: what the writes before this
+    one in the writer's open transaction add to the counters read (`_Known.owed_by`)."""
     if limits.max_sessions or limits.max_stored_bytes:  # else no need to read the counters
-        check_quota(limits, conn.execute(_USAGE, (owner,)).fetchone(), new_sessions, new_bytes)
+        usage = conn.execute(_USAGE, (owner,)).fetchone()
+        if owed != (0, 0):
+            usage = (owed[0] + (usage[0] if usage else 0), owed[1] + (usage[1] if usage else 0))
+        check_quota(limits, usage, new_sessions, new_bytes)
 
 
 def _delete_sync(conn: sqlite3.Connection, known: _Known, session_id: str, owner: str) -> bool:
     (size,) = conn.execute(_SESSION_SIZE, (session_id,)).fetchone()
     if not conn.execute(_DELETE_SESSION, (session_id, owner)).rowcount:
         return False
-    _add_usage(conn, known, owner, -1, -size)
+    known.owe(owner, -1, -size)
     conn.execute(_END_CHAIN, (now_ms(), session_id))
     known.heads.put(session_id, None)
     return True
@@ -878,7 +928,7 @@ def _drop_entries(
 ) -> int:
     """Run a DELETE of audit entries; give their bytes back to `owner`; how many went."""
     sizes = conn.execute(sql, params).fetchall()
-    _add_usage(conn, known, owner, 0, -sum(size for (size,) in sizes))
+    known.owe(owner, 0, -sum(size for (size,) in sizes))
     return len(sizes)
 
 
@@ -907,7 +957,7 @@ def _create_sync(
 ) -> None:
     session_id, owner = row[0], row[1]
     stored = 2 * sum(map(len, seed))  # the seed opens both histories
-    _check_quota(conn, limits, owner, 1, stored)
+    _check_quota(conn, limits, owner, 1, stored, known.owed_by(owner))
     try:
         conn.execute(_INSERT_SESSION, row)
     except sqlite3.IntegrityError as exc:
@@ -917,7 +967,7 @@ def _create_sync(
     _append(conn, _INSERT_MESSAGE["compacted"], session_id, 0, seed)
     if audit:
         stored += _append_audit(conn, session_id, audit)
-    _add_usage(conn, known, owner, 1, stored)
+    known.owe(owner, 1, stored)
     if guardian_memory is not None:  # a new session's log is empty (ON DELETE CASCADE)
         _write_memory(conn, session_id, guardian_memory, 0)
     # The first step reads the heads (a session id used again continues its audit chain).
@@ -1391,8 +1441,9 @@ class SqliteSessionStore(SessionStore):
 
         def append(conn: sqlite3.Connection) -> None:
             conn.execute(_OPEN_CALLER_CHAIN, (chain, owner, GENESIS_HASH))
-            _check_quota(conn, limits, owner, 0, 1)  # at the quota: no more verdicts given
-            _add_usage(conn, known, owner, 0, _append_audit(conn, chain, drafts))
+            # At the quota: no more verdicts given.
+            _check_quota(conn, limits, owner, 0, 1, known.owed_by(owner))
+            known.owe(owner, 0, _append_audit(conn, chain, drafts))
 
         await self._write(append)
 
@@ -1464,9 +1515,10 @@ class SqliteSessionStore(SessionStore):
             return _UNSHARED_CLAIM
         ttl_ms = int(ttl_seconds * 1000)
         quota = limits if check_quota else None
+        known = self._known
         return await self._write(
             lambda conn: _take_lease_sync(
-                conn, session_id, turn_id, ttl_ms, owner, max_turns, quota
+                conn, known, session_id, turn_id, ttl_ms, owner, max_turns, quota
             )
         )
 

@@ -381,8 +381,8 @@ async def test_a_step_appends_each_tables_rows_in_one_statement_and_reads_nothin
         "BEGIN IMMEDIATE",
         "INSERT INTO history_full",
         "INSERT INTO history_compacted",
-        "INSERT INTO owner_usage",  # the owner's stored bytes
         "INSERT INTO guardian_memory_log",
+        "INSERT INTO owner_usage",  # the owner's stored bytes, once per group before COMMIT
         "COMMIT",
     ], trace.statements
     assert texts(await store.load_history(record.session_id, "full")) == ["seed", "q", "a"]

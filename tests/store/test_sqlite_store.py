@@ -197,7 +197,10 @@ def test_appends_and_pages_are_index_seeks_not_scans() -> None:
             steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, parameters)]
             reads = [step for step in steps if " history" in step or " guardian" in step]
             assert reads, steps
-            assert all("USING PRIMARY KEY (session_id=?)" in step for step in reads), steps
+            # A seek in the (session_id, seq) index (migration 10), not a scan.
+            assert all(
+                step.startswith("SEARCH") and "_by_seq (session_id=?)" in step for step in reads
+            ), steps
         plan = " ".join(
             row[3]
             for row in conn.execute(
@@ -371,8 +374,10 @@ async def test_commits_never_checkpoint_and_the_checkpointer_keeps_the_wal_bound
                 await store.commit(record.session_id, step)
             await asyncio.sleep(0.03)  # the checkpointer's turn
         assert checkpointer.checkpoints > 0
-        # 400 commits of ~4 pages each: ~1600 pages unchecked; reset at 50 pages instead.
-        assert wal_pages(path) < 400, wal_pages(path)
+        # 400 commits of ~10 pages each (a message is a row and two overflow pages in each
+        # history): ~4,000 pages unchecked. Reset at 50 pages instead; a round of 20 commits
+        # is ~200 pages, and on a loaded machine the checkpointer may miss two rounds.
+        assert wal_pages(path) < 600, wal_pages(path)
         history = await store.load_history(record.session_id, "full")
         assert len(history) == 400
     finally:
