@@ -5,9 +5,12 @@ xfails naming where and why; attacks that held are plain tests."""
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import secrets
 import sqlite3
 from contextlib import closing
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from aap_server.store import (
     SqliteSessionStore,
     StoreLimits,
 )
+from aap_server.store.memory_lock import FileMemoryLocks, memory_lock_key
 
 from .helpers import new_record, user
 from .test_sqlite_append_logs import schema_9, turn
@@ -141,3 +145,53 @@ async def test_counters_match_the_rows_after_groups_with_failed_deleted_and_new_
             assert (counted_bytes, counted_sessions) == (stored, sessions), round_
     finally:
         await store.close()
+
+
+SPAWN = multiprocessing.get_context("spawn")
+KEY = memory_lock_key("caller_r9", "sess_r9")
+
+
+async def _fail_while_holding(path: str, held: Event, release: Event, failed: Event) -> None:
+    locks = FileMemoryLocks(path)
+    try:
+        async with locks.hold(KEY, 60.0):
+            held.set()
+            await asyncio.to_thread(release.wait, 120)
+            raise RuntimeError("the check failed mid-way")
+    except RuntimeError:
+        failed.set()
+    await asyncio.sleep(3600)  # alive, its lock file still open: only the release frees it
+
+
+def fail_while_holding(path: str, held: Event, release: Event, failed: Event) -> None:
+    """A worker whose check fails while it holds the session, and which lives on."""
+    asyncio.run(_fail_while_holding(path, held, release, failed))
+
+
+async def test_a_check_failing_in_another_process_frees_the_session_it_held(
+    tmp_path: Path,
+) -> None:
+    """Across processes (real `fcntl` locks on one file): while another worker holds the
+    session a check here gets TimeoutError within its budget (fail closed); once that
+    worker's check fails, with the worker still alive, the session is free."""
+    path = str(tmp_path / "db-memory-locks")
+    held, release, failed = SPAWN.Event(), SPAWN.Event(), SPAWN.Event()
+    process = SPAWN.Process(
+        target=fail_while_holding, args=(path, held, release, failed), daemon=True
+    )
+    process.start()
+    locks = FileMemoryLocks(path)
+    try:
+        assert await asyncio.to_thread(held.wait, 120), "the worker did not take the lock"
+        for _ in range(2):  # a waiter that timed out leaves no gate behind
+            with pytest.raises(TimeoutError):
+                async with locks.hold(KEY, 0.2):
+                    pass
+        release.set()
+        assert await asyncio.to_thread(failed.wait, 120)
+        async with locks.hold(KEY, 30.0):
+            assert process.is_alive()
+    finally:
+        locks.close()
+        process.kill()
+        process.join(30)
