@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from aap_server.agent import ModelOutput, ModelRequest, TextDelta, TurnModel
-from tests.e2e.guardian_helpers import MODES
-from tests.e2e.test_review_r7 import turn_and_history
+from aap_server.agent import ModelOutput, ModelRequest, TextDelta, ThinkingDelta, TurnModel
+from tests.e2e.guardian_helpers import MODES, history, run_turn
+from tests.e2e.test_review_r7 import _default_policy_harness, turn_and_history
 
 KEY = "AKIAZ7Q3K5M2N8P4R6T1"
 ENCODED_KEY = base64.b64encode(f"key={KEY}".encode()).decode()
@@ -87,3 +87,37 @@ async def test_a_key_encoded_in_a_mailto_link_never_reaches_a_client(
     seen, stored = await _seen(tmp_path, Bursts(reply, 4, 3), mode)
     assert ENCODED_KEY not in seen
     assert ENCODED_KEY not in stored
+
+
+class Interleaved(TurnModel):
+    """Thinking and text deltas interleaved, some in one burst, some apart: a key in the
+    thinking, split between two of its deltas."""
+
+    async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
+        yield ThinkingDelta("The user wants the key, it is " + KEY[:8])
+        yield TextDelta("Here is what ")
+        yield ThinkingDelta(KEY[8:] + " but I should not say it. ")
+        await asyncio.sleep(0.001)
+        yield TextDelta("I can tell you: ")
+        yield ThinkingDelta("Keep it short.")
+        await asyncio.sleep(0.001)
+        yield TextDelta("nothing secret." + CLOSING)
+
+
+@pytest.mark.parametrize("mode", ["delta", "message"])
+async def test_interleaved_thinking_and_text_fold_as_stored_and_hide_the_key(
+    tmp_path: Path, mode: str
+) -> None:
+    """Events out of order: whatever order the model interleaves the kinds in, the client's
+    fold of the events is the stored message (thinking, then text) and the key split between
+    two thinking deltas reaches neither."""
+    async with _default_policy_harness(tmp_path, Interleaved()) as h:
+        created = await h.client.post("/sessions", json={"agent": {"name": "split"}})
+        session_id = created.json()["sessionId"]
+        turn = await run_turn(h, session_id, "What is the key?", mode)
+        assert turn.status == 200
+        stored = [m for m in await history(h, session_id) if m["role"] == "assistant"]
+    folded = [m for m in turn.messages if m["role"] == "assistant"]
+    assert KEY not in str(turn.events) + str(folded) + str(stored)
+    assert folded == stored
+    assert folded[-1]["content"][-1]["text"].endswith(CLOSING)
