@@ -211,3 +211,33 @@ async def test_the_mails_amount_with_cents_still_asks_first() -> None:
     for amount in (1200.5, "1200.50", "USD 1,200.50", "1.200,50 EUR"):
         arguments = {"recipient": USERS_IBAN, "amount": amount, "subject": "rent"}
         assert await _call(guardian, make, "send_money", arguments) == "require_approval", amount
+
+
+# --- a flood of private values ------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="policy_guardian.py _from_untrusted asks only took_in_private: past "
+    "MAX_PRIVATE_PRINTS (a mailed contact list of ~1200 phones, 1-3 prints each) the mail's "
+    "first number is forgotten and the reply shows it, though memory.py's own rule is "
+    "'saturated: everything counts as private' (carries_private); add "
+    "`facts.private_saturated or` there",
+)
+async def test_a_phone_from_a_flooded_contact_list_is_still_withheld_in_the_reply() -> None:
+    first = "+1 415 555 0132"
+    flood = [f"+1 415 555 {i:04d}" for i in range(1000, 2200)]
+    guardian, make = await _after_untrusted_mail(
+        USER_NAMES_A_HOST, "Contacts: " + ", ".join([first, *flood])
+    )
+    verdict = await guardian.check(make.message("agent", f"Call {first} now."))
+    assert verdict.decision == "modify"
+
+
+async def test_a_phone_from_a_short_contact_list_is_withheld_in_the_reply() -> None:
+    first = "+1 415 555 0132"
+    guardian, make = await _after_untrusted_mail(
+        USER_NAMES_A_HOST, "Contacts: " + ", ".join([first, "+1 415 555 1000"])
+    )
+    verdict = await guardian.check(make.message("agent", "Call (415) 555-0132 now."))
+    assert verdict.decision == "modify"
