@@ -1011,9 +1011,9 @@ def _split_spans(parts: list[str], spans: list[tuple[int, int, str]]) -> list[st
 def _from_untrusted(finding: Finding, facts: SessionFacts) -> bool:
     """Whether a detector hit's value came in untrusted content and not from the user."""
     value = finding.value
-    return facts.took_in_private(value, finding.detector) and not facts.provenance.given_by_user(
-        value
-    )
+    # Past its cap the memory has forgotten some values it took in: any may be one of them.
+    taken_in = facts.private_saturated or facts.took_in_private(value, finding.detector)
+    return taken_in and not facts.provenance.given_by_user(value)
 
 
 def _placeholder_findings(texts: list[str], facts: SessionFacts) -> list[Finding]:

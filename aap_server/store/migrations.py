@@ -207,6 +207,8 @@ MIGRATIONS: tuple[str, ...] = (
     # `none` turn's step in groups of 50: 8.4 WAL pages written, 3.5 after). Reading one
     # session's rows now visits pages shared with others (a history page ~20% slower). Same
     # columns and uniqueness; the rows are copied in key order (~8 s per GB of database).
+    # Rows of a session deleted while foreign keys were off (the sqlite3 shell's default)
+    # are left behind: nothing could read them, and the new tables' keys refuse them.
     """
     CREATE TABLE history_full_log (
         session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
@@ -214,7 +216,8 @@ MIGRATIONS: tuple[str, ...] = (
         message    BLOB NOT NULL
     );
     INSERT INTO history_full_log (session_id, seq, message)
-        SELECT session_id, seq, message FROM history_full ORDER BY session_id, seq;
+        SELECT session_id, seq, message FROM history_full
+        WHERE session_id IN (SELECT session_id FROM sessions) ORDER BY session_id, seq;
     DROP TABLE history_full;
     ALTER TABLE history_full_log RENAME TO history_full;
     CREATE UNIQUE INDEX history_full_by_seq ON history_full (session_id, seq);
@@ -225,7 +228,8 @@ MIGRATIONS: tuple[str, ...] = (
         message    BLOB NOT NULL
     );
     INSERT INTO history_compacted_log (session_id, seq, message)
-        SELECT session_id, seq, message FROM history_compacted ORDER BY session_id, seq;
+        SELECT session_id, seq, message FROM history_compacted
+        WHERE session_id IN (SELECT session_id FROM sessions) ORDER BY session_id, seq;
     DROP TABLE history_compacted;
     ALTER TABLE history_compacted_log RENAME TO history_compacted;
     CREATE UNIQUE INDEX history_compacted_by_seq ON history_compacted (session_id, seq);
@@ -249,7 +253,8 @@ MIGRATIONS: tuple[str, ...] = (
         record     BLOB NOT NULL
     );
     INSERT INTO guardian_memory_log_rows (session_id, seq, record)
-        SELECT session_id, seq, record FROM guardian_memory_log ORDER BY session_id, seq;
+        SELECT session_id, seq, record FROM guardian_memory_log
+        WHERE session_id IN (SELECT session_id FROM sessions) ORDER BY session_id, seq;
     DROP TABLE guardian_memory_log;
     ALTER TABLE guardian_memory_log_rows RENAME TO guardian_memory_log;
     CREATE UNIQUE INDEX guardian_memory_log_by_seq ON guardian_memory_log (session_id, seq);

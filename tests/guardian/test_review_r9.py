@@ -216,14 +216,6 @@ async def test_the_mails_amount_with_cents_still_asks_first() -> None:
 # --- a flood of private values ------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy_guardian.py _from_untrusted asks only took_in_private: past "
-    "MAX_PRIVATE_PRINTS (a mailed contact list of ~1200 phones, 1-3 prints each) the mail's "
-    "first number is forgotten and the reply shows it, though memory.py's own rule is "
-    "'saturated: everything counts as private' (carries_private); add "
-    "`facts.private_saturated or` there",
-)
 async def test_a_phone_from_a_flooded_contact_list_is_still_withheld_in_the_reply() -> None:
     first = "+1 415 555 0132"
     flood = [f"+1 415 555 {i:04d}" for i in range(1000, 2200)]

@@ -44,14 +44,6 @@ async def _schema_9_database(path: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return record.session_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="migrations.py migration 10 copies each log with INSERT … SELECT into a table "
-    "with REFERENCES sessions while sqlite.py _setup_sync has `foreign_keys = ON`: rows "
-    "of a session deleted with foreign keys off (the sqlite3 shell's default) fail the "
-    "copy (IntegrityError) and the server never opens the database; copy only rows whose "
-    "session exists (`WHERE session_id IN (SELECT session_id FROM sessions)`)",
-)
 async def test_a_schema_9_database_with_rows_of_a_deleted_session_opens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
