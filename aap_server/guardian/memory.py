@@ -188,6 +188,8 @@ def line_prints(text: str) -> Iterator[int]:
 
 
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+_RUN_SEPARATORS = re.compile(r"/")
+_LINK_RUN_SEPARATORS = re.compile(r"[/_-]")
 _HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){8,}")
 
 
@@ -203,17 +205,20 @@ def decoded_forms(text: str) -> list[bytes]:
     return forms
 
 
-def _decoded_runs(text: str, data: bytes) -> Iterator[bytes]:
+def _decoded_runs(text: str, data: bytes, in_link: bool = False) -> Iterator[bytes]:
     """What the base64 and hex runs of a text decode to; `data` is the text as UTF-8, in
-    any case."""
+    any case. In a link, a run's pieces between `_` and `-` are decoded too."""
     # Searched only where a long enough run of their characters is (found at C speed in the
     # bytes, where each of the text's runs stands whole): the searches try every offset of
     # prose's words, most of whose letters are base64's and many hex's.
     if _LONG_B64_RUN in data.translate(_B64_MARKS):
         for run in _B64_RUN.findall(text):
             # `/` is base64's, and a URL path's: a payload that is one segment of a path
-            # (`https://x.example/inbox/<base64>`) is decoded from its own start too.
-            pieces = [run, *(p for p in run.split("/") if len(p) >= 16)] if "/" in run else [run]
+            # (`https://x.example/inbox/<base64>`) is decoded from its own start too; in a
+            # link `_` and `-`, base64url's, are also a file name's (`photo_<base64>.png`).
+            separators = _LINK_RUN_SEPARATORS if in_link else _RUN_SEPARATORS
+            split = separators.split(run)
+            pieces = [run, *(p for p in split if len(p) >= 16)] if len(split) > 1 else [run]
             for piece in pieces:
                 body = piece.rstrip("=")
                 body += "=" * (-len(body) % 4)
@@ -242,9 +247,46 @@ _LINK_REST = re.compile(r"[^\s<>\"'`]*")
 _LINK_TRAILERS = frozenset(".,;:!?)]")
 
 
+# Links that open without `//`: a click on `mailto:`/`sms:` sends what the link holds, and a
+# bare `www.host/…` is rendered as a link (GFM).
+_BARE_LINK = re.compile(r"(?<![a-z0-9+.\-/@])(?:mailto:|smsto:|sms:|tel:|www\.)")
+_BARE_LINK_HINTS = ("mailto:", "sms", "tel:", "www.")
+# An HTML entity, which a browser reads in an attribute (`https&#58;&#47;&#47;…`).
+_ENTITY = re.compile(r"&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{1,31});?")
+
+
+def may_hold_links(text: str) -> bool:
+    """Whether `link_spans` may find a link in the text (cheap: substring tests)."""
+    if "//" in text or "&" in text:
+        return True
+    lowered = text.lower()
+    return any(hint in lowered for hint in _BARE_LINK_HINTS)
+
+
 def link_spans(text: str) -> Iterator[tuple[int, int]]:
-    """Where the links of a text are (`scheme://…`, or `//…` after a bracket, quote or
-    space), in order: linear in the text."""
+    """Where the links of a text are (`scheme://…`, `//…` after a bracket, quote or space,
+    `mailto:`/`sms:`/`tel:`, `www.…`), in order, none inside another: linear in the text."""
+    spans = sorted(itertools.chain(_slash_links(text), _bare_links(text)))
+    end = -1
+    for span in spans:
+        if span[0] >= end:
+            yield span
+            end = span[1]
+
+
+def _bare_links(text: str) -> Iterator[tuple[int, int]]:
+    lowered = text.lower()
+    if not any(hint in lowered for hint in _BARE_LINK_HINTS):
+        return
+    for found in _BARE_LINK.finditer(lowered):
+        start = found.start()
+        match = _LINK_REST.match(text, found.end())
+        end = match.end() if match else found.end()
+        if end > found.end():
+            yield start, _link_end(text, start, end)
+
+
+def _slash_links(text: str) -> Iterator[tuple[int, int]]:
     at = text.find("//")
     while at != -1:
         start = at
@@ -286,6 +328,10 @@ def link_forms(link: str) -> list[str]:
     forms: list[str] = []
     seen = {link}
     layer = [link]
+    joined = _DIGIT_SEPARATORS.sub(" ", link)
+    if joined != link:  # `/4111/1111/1111/1111.png`: the digits as a detector reads them
+        forms.append(joined)
+        seen.add(joined)
     for _ in range(LINK_DECODE_LAYERS):
         decoded = [form for text in layer for form in _link_decodings(text) if form not in seen]
         seen.update(decoded)
@@ -293,6 +339,9 @@ def link_forms(link: str) -> list[str]:
         layer = list(dict.fromkeys(decoded))
     return forms
 
+
+# A path's, a number's or a name's separator between digits.
+_DIGIT_SEPARATORS = re.compile(r"(?<=[0-9])[/._](?=[0-9])")
 
 # A link's pieces: its path's segments and its query's and fragment's `name=value` pairs.
 _LINK_PIECES = re.compile(r"[^/?#&;]+")
@@ -312,7 +361,7 @@ def _link_decodings(text: str) -> Iterator[str]:
                 yield urllib.parse.unquote_plus(piece)
                 if "%" in piece and "+" in piece:
                     yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
-    for data in _decoded_runs(text, text.encode("utf-8", "surrogatepass")):
+    for data in _decoded_runs(text, text.encode("utf-8", "surrogatepass"), in_link=True):
         decoded = _as_text(data)
         if decoded is not None:
             yield decoded
@@ -366,7 +415,7 @@ def scan_links(
     owners: list[tuple[int, int]] = []  # the link each form was decoded from
     too_long_at: int | None = None
     at = 0
-    for start, end in link_spans(text):
+    for start, end in _links_as_read(text):
         if end - start > max_link_chars:
             too_long_at = start if too_long_at is None else too_long_at
             continue
@@ -387,6 +436,62 @@ def scan_links(
         if len(_recent_links) > RECENT_LINK_SCANS:
             _recent_links.pop(next(iter(_recent_links)), None)
     return scan
+
+
+def _links_as_read(text: str) -> Iterator[tuple[int, int]]:
+    """`link_spans` of the text as a browser reads it (its HTML entities decoded: `&#47;&#47;`
+    opens a link), as spans of the text itself."""
+    if "&" not in text:
+        yield from link_spans(text)
+        return
+    # The decoded text, piece by piece, and where each piece starts in both.
+    pieces: list[str] = []
+    read_at: list[int] = []
+    text_at: list[int] = []
+    done = length = 0
+    for entity in _ENTITY.finditer(text):
+        decoded = html.unescape(entity[0])
+        for piece, source in ((text[done : entity.start()], done), (decoded, entity.start())):
+            read_at.append(length)
+            text_at.append(source)
+            pieces.append(piece)
+            length += len(piece)
+        done = entity.end()
+    if not pieces:
+        yield from link_spans(text)
+        return
+    read_at.append(length)
+    text_at.append(done)
+    pieces.append(text[done:])
+
+    def in_text(offset: int, closing: bool) -> int:
+        """Where a link's start (or end) in the decoded text is in the text: an entity's
+        decoded character stands for its whole source."""
+        index = bisect.bisect_right(read_at, offset - closing) - 1
+        if index % 2 == 0:  # (pieces alternate: text as it was, then an entity decoded)
+            return text_at[index] + offset - read_at[index]
+        return text_at[index + 1] if closing else text_at[index]
+
+    # The links as written and as read, overlapping ones as one (`&#32;` ends a link as
+    # read, not as written).
+    spans = sorted(
+        [
+            *link_spans(text),
+            *(
+                (in_text(start, False), in_text(end, True))
+                for start, end in link_spans("".join(pieces))
+            ),
+        ]
+    )
+    start, end = spans[0] if spans else (0, -1)
+    for span in spans[1:]:
+        if span[0] < end:
+            end = max(end, span[1])
+        else:
+            yield start, end
+            start, end = span
+    if spans:
+        yield start, end
 
 
 def _marks(characters: bytes) -> bytes:

@@ -58,6 +58,7 @@ from aap_server.guardian.memory import (
     chunk_prints,
     decoded_forms,
     line_prints,
+    may_hold_links,
     scan_links,
     window_prints,
 )
@@ -246,7 +247,7 @@ class _Step:
             if found is None:
                 found = scan_all(text, self.families, should_stop=self.stopped)
                 self._recent.put(self.families, text, found)
-            if self.reads_links and "//" in text:
+            if self.reads_links and may_hold_links(text):
                 found = found + self._link_findings(text)
             self._scans[text] = found
         return found

