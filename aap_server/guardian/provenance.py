@@ -302,6 +302,9 @@ def _shapes_table() -> bytes:
 
 
 _SHAPES = _shapes_table()
+# Searched as regular expressions of one literal each: faster than `in` in text dense with
+# their characters (digits and letters), where `in` stops at nearly every character.
+_AMOUNT_SHAPES = tuple(re.compile(shape) for shape in (b"aa0", b"0aa", b"0,0"))
 
 
 def _amount_prints(lowered: str) -> list[int]:
@@ -311,9 +314,7 @@ def _amount_prints(lowered: str) -> list[int]:
         # in a short text, which most are.)
         if "$" not in lowered and "=" not in lowered and "\\" not in lowered:
             shaped = lowered.encode("ascii").translate(_SHAPES)
-            if b"0" not in shaped or (
-                b"aa0" not in shaped and b"0aa" not in shaped and b"0,0" not in shaped
-            ):
+            if b"0" not in shaped or not any(shape.search(shaped) for shape in _AMOUNT_SHAPES):
                 return []
     else:
         lowered = unicodedata.normalize("NFKC", lowered.translate(_GROUP_SPACES))

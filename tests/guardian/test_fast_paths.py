@@ -10,7 +10,7 @@ import re
 import pytest
 
 from aap_server.guardian import provenance
-from aap_server.guardian.detectors import directives, injection, pii, secret_formats
+from aap_server.guardian.detectors import directives, injection, pii, scan_pii, secret_formats
 from aap_server.guardian.detectors._views import TextViews
 from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.provenance import _HAS_VALUE_CHAR, _value_words, words_of
@@ -339,3 +339,39 @@ def test_long_words_are_not_kept_in_the_word_cache() -> None:
     assert provenance._kept_token_prints.cache_info().currsize == 0
     words_of("ord_000001 13.5", True)
     assert provenance._kept_token_prints.cache_info().currsize == 2
+
+
+def test_the_ipv6_seed_check_passes_every_text_with_a_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pii, "_SEED_CHECK_FROM", 0)  # few colons too
+    pieces = [":", "::", "0", "00", "0000", "00000", "a", "A", "Aa0", '"', ".", " ", "-", "?", "x"]
+    seeded = 0
+    for text in _texts(pieces, 20000, 7):
+        shape = TextViews(text).shape
+        if pii._IPV6_SEEDS.search(shape) is not None:
+            assert pii.may_hold_ipv6_seed(shape), text
+            seeded += 1
+    assert seeded > 1000
+
+
+def test_json_times_and_keys_are_not_searched_for_ipv6_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows of `"key": value` and `10:30:00` times hold no IPv6 seed: the seeds' search
+    (stopping at every colon) is not run; an address among them is still found."""
+    searched: list[bytes] = []
+    seeds = pii._IPV6_SEEDS
+
+    class Counting:
+        def finditer(self, shape: bytes) -> object:
+            searched.append(shape)
+            return seeds.finditer(shape)
+
+    monkeypatch.setattr(pii, "_IPV6_SEEDS", Counting())
+    rows = "".join(f'{{"id":"ord_{n}","at":"2024-05-01T10:{n % 60:02d}:00Z"}},' for n in range(40))
+    assert scan_pii(rows) == []
+    assert searched == []
+    for address in ("2001:db8:85a3:0:0:8a2e:370:7334", "2001:db8::8a2e:370:7334"):
+        found = scan_pii(rows + f'{{"peer":"{address}"}}')
+        assert [f.value for f in found if f.detector == "pii.ip"] == [address]
