@@ -274,6 +274,19 @@ _CURRENCY_SIGNS = "$€£¥₹₽₩₺₪₫฿₴₦¢"
 # (NFKC, which makes full-width digits ASCII, makes it a plain space: `pay 3 100` is no 3100).
 _GROUP_MARK = "\ue000"
 _GROUP_SPACES = str.maketrans(dict.fromkeys("\u00a0\u202f\u2009\u2007", _GROUP_MARK))
+# A Swiss group mark, an apostrophe between a digit and three (`1'200.50`, or U+2019);
+# anywhere else an apostrophe is a quote (`'9731'`) and stays one.
+_APOSTROPHE_GROUP = re.compile("(?<=[0-9])['\u2019](?=[0-9]{3}(?![0-9]))")
+
+
+def _grouped(text: str) -> str:
+    """The text with its group marks between digits made `_GROUP_MARK`."""
+    text = text.translate(_GROUP_SPACES)
+    if "'" in text or "\u2019" in text:
+        text = _APOSTROPHE_GROUP.sub(_GROUP_MARK, text)
+    return text
+
+
 # A number: a run of digits and group or decimal separators, not inside a word, a path, a
 # date or a version (`v2`, `2024-05-01`, `05/01`: no `-`, `/` or letter beside it) unless
 # the letters are a currency code. Linear: a run starts only where no digit or separator
@@ -287,9 +300,9 @@ _SEPARATOR = re.compile(rf"([,.{_GROUP_MARK}])")
 
 # ASCII text spells an amount other than as a word of its own only with `$`, `=` or `\\`
 # (`$9731`, `amount=9731`, `\\"9731\\"`) or, digits made `0` and letters and `:` made `a`
-# (`_SHAPES`), with `aa0`, `0aa` or `0,0` (`rent:9731`, `eur9731`, `9731eur`, `9,731`): found
-# by C-level searches, so that text with none (most prose and JSON) costs no regular
-# expression pass.
+# (`_SHAPES`), with `aa0`, `0aa` or `0,0` (`rent:9731`, `eur9731`, `9731eur`, `9,731`,
+# `9'731`): found by C-level searches, so that text with none (most prose and JSON) costs
+# no regular expression pass.
 
 
 def _shapes_table() -> bytes:
@@ -297,7 +310,7 @@ def _shapes_table() -> bytes:
     table[ord("0") : ord("9") + 1] = b"0" * 10
     for char in string.ascii_letters + ":":
         table[ord(char)] = ord("a")
-    table[ord(",")] = ord(",")
+    table[ord(",")] = table[ord("'")] = ord(",")  # (`9'731`: a Swiss group mark)
     return bytes(table)
 
 
@@ -316,8 +329,10 @@ def _amount_prints(lowered: str) -> list[int]:
             shaped = lowered.encode("ascii").translate(_SHAPES)
             if b"0" not in shaped or not any(shape.search(shaped) for shape in _AMOUNT_SHAPES):
                 return []
+        if "'" in lowered:
+            lowered = _grouped(lowered)
     else:
-        lowered = unicodedata.normalize("NFKC", lowered.translate(_GROUP_SPACES))
+        lowered = unicodedata.normalize("NFKC", _grouped(lowered))
     found = {amount for run in set(_NUMBER.findall(lowered)) for amount in _amounts(run)}
     return [_print(amount) for amount in found if len(amount) >= MIN_VALUE_CHARS]
 
@@ -369,7 +384,7 @@ def _money_prints(text: str) -> list[int]:
     """Fingerprints of the number an argument written as an amount with its currency is."""
     if len(text) > MAX_VALUE_CHARS:
         return []
-    lowered = unicodedata.normalize("NFKC", text.lower().translate(_GROUP_SPACES))
+    lowered = unicodedata.normalize("NFKC", _grouped(text.lower()))
     money = _MONEY.fullmatch(lowered)
     if money is None:
         return []
@@ -682,8 +697,11 @@ def call_of(arguments: dict[str, Any], tool: ToolFacts, accounts: Iterable[str] 
                 # An address or a link anywhere (a body, a post) is a recipient or host too.
                 targets += [[_print(e)] for e in _addresses(text)]
                 targets += [[_print(host.lower())] for _, host in _URL_HOST.findall(text)]
-            if value:
+            # An amount (`$1,200.50`, `9731 EUR`) is compared by the number it is, however
+            # spelled: the user's `1200.50` is the same amount.
+            money = _money_prints(text) if consequential else []
+            if money:
+                values += money
+            elif value:
                 values += words_of(text, values_only=True)
-            elif consequential:  # (`9731 EUR`: an amount with its currency, spaced)
-                values += _money_prints(text)
     return Call(targets=[t for t in targets if t], values=values)

@@ -143,13 +143,6 @@ async def test_the_users_amount_with_cents_is_still_the_users(
     assert await _call(guardian, make, "send_money", arguments) == "allow"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance.py _NUMBER/_SEPARATOR group digits only with `,` `.` and thin/no-break "
-    "spaces: the Swiss `1'200.50 CHF` (and `1\u2019200.50`) is no amount, so the user's rent "
-    "is not learned as 1200.5 and the mail's 1200.50 makes the call ask; add `'` and U+2019 as "
-    "group marks",
-)
 @pytest.mark.parametrize("spelled", ["1'200.50 CHF", "CHF 1\u2019200.50"])
 async def test_the_users_swiss_amount_is_still_the_users(spelled: str) -> None:
     guardian, make = await _after_untrusted_mail(
@@ -159,13 +152,6 @@ async def test_the_users_swiss_amount_is_still_the_users(spelled: str) -> None:
     assert await _call(guardian, make, "send_money", arguments) == "allow"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provenance.py call_of: a value argument `$1,200.50` yields both its amount "
-    "(1200.5: the user's) and its raw word `1,200.50`, which only the mail spelled: the "
-    "call asks though the user gave the amount; an argument that reads as an amount "
-    "should be compared by its amount only",
-)
 async def test_the_users_amount_sent_in_the_mails_spelling_is_still_the_users() -> None:
     guardian, make = await _after_untrusted_mail(
         f"Pay my landlord {USERS_IBAN} 1200.50 for the rent", "The rent is $1,200.50 now."
