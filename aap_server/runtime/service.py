@@ -684,7 +684,8 @@ class AapService:
                 self._keep(run, kept, completed)
                 await self._end_turn(principal, run.session_id, turn.turn_id)
             finally:  # the client's stream ends whatever freeing the turn raised
-                turn._input_failed(run.input_error)
+                if turn._input is not None:
+                    turn._input_failed(run.input_error)
                 turn.queue.put_nowait(None)
                 observed.stopped(reason, run.awaiting_permissions, run.usage)
                 observed.leave(observed_token)  # the request's context, when run inline

@@ -588,8 +588,8 @@ class TurnRun:
         export goes with it (a record of the step's changes, now and then a whole one), so a
         restart forgets no taint, count or placeholder. A `defer`red write is held and
         committed with the next one (or by `flush_audit` at the turn's end)."""
-        flushing, self._flushing = self._flushing, None
-        if flushing is not None:
+        if self._flushing is not None:
+            flushing, self._flushing = self._flushing, None
             await flushing  # in order; a step whose input was not stored is not stored
         exported = self.guardian.export_session(self.session_id)
         if exported is not None:
@@ -617,7 +617,9 @@ class TurnRun:
 
     async def _commit_write(self, write: StepWrite) -> None:
         # (the first write after the input was deferred holds it: merged, or written first)
-        holds_input, self._input_unwritten = self._input_unwritten, False
+        holds_input = self._input_unwritten
+        if holds_input:
+            self._input_unwritten = False
         try:
             await self.store.commit(self.session_id, write)
         except BaseException as error:
