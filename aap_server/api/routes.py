@@ -278,6 +278,7 @@ class SessionsController(Controller):
         if turn.mode == "none":
             # A Litestar Response: JSON, encoded by msgspec (the annotation covers SSE only).
             return Response(await none_answer(turn.queue))  # type: ignore[return-value]
+        await turn.stored()  # nothing streams before the input is stored
         state = request.app.state
         return TurnStream(  # as the lean route (api/turn_route.py) answers it
             turn.queue,

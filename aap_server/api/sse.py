@@ -90,14 +90,14 @@ class TurnStream:
 
         with self.counted():
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})
-            departure = _Departure(receive, events.wake)
+            # Watched, and pings timed, only once the stream first waits: a turn whose events
+            # are all ready (a model that answered at once) is sent without either.
+            departure: _Departure | None = None
             try:
                 sequence = 0
                 frames: list[bytes] = []  # framed, not yet sent
                 stopped = ended = False
-                while not departure.gone:
-                    if ping_seconds > 0 and timer is None:
-                        timer = loop.call_at(wrote_at + ping_seconds, ping)
+                while departure is None or not departure.gone:
                     ready = events.take()
                     for event in ready:
                         if event is None:
@@ -121,11 +121,18 @@ class TurnStream:
                         await send(_body(_PING, more=True))
                         wrote_at = loop.time()
                     elif not ready:
+                        if departure is None:
+                            departure = _Departure(receive, events.wake)
+                            if departure.gone:
+                                break
+                        if ping_seconds > 0 and timer is None:
+                            timer = loop.call_at(wrote_at + ping_seconds, ping)
                         await events.wait()
             finally:
                 if timer is not None:
                     timer.cancel()
-                departure.close()  # nothing to wait for: it only ever reads `receive`
+                if departure is not None:  # nothing to wait for: it only ever reads `receive`
+                    departure.close()
 
 
 class _Departure:

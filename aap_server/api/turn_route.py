@@ -123,6 +123,7 @@ class TurnRoute:
                     status = 200
                     await send_response(send, 200, [_JSON, observed.echoed], body)
                     return
+                await turn.stored()  # nothing streams before the input is stored
             except Exception as error:
                 status = await self._answer_error(scope, receive, send, error, observed.echoed)
                 return

@@ -142,6 +142,15 @@ class TurnRun:
         # before anything is acknowledged (README "Benchmarks": durability).
         self._defer_input = defer_input
         self._deferred: StepWrite | None = None
+        # In a streamed turn the input's write is deferred too; its stream waits for that
+        # write (`input_stored`), and a model that waits before it writes has it written
+        # alone meanwhile (`_flush_input`, in `_flushing`). Once a write held the input and
+        # failed, `input_error` is what failed it.
+        self.input_deferred = False
+        self._input_unwritten = False  # deferred, and no write has taken it yet
+        self.input_stored: Callable[[], None] | None = None
+        self.input_error: BaseException | None = None
+        self._flushing: asyncio.Future[None] | None = None
         # Where a delta screen's work waits for the stream's reader (`TurnEvents.defer`): a
         # model's burst of deltas is screened once, as one (`Streamed`).
         self._defer_screening = defer
@@ -204,6 +213,10 @@ class TurnRun:
         """Run the rest of the turn; emits `turn_stop` exactly once, whatever happens, and
         returns its stop reason."""
         reason: StopReason = "error"
+        if self.input_deferred and self.input_stored is not None:
+            # Runs once this task first waits: if the model waits before the turn's next
+            # write, the input is written alone meanwhile (its stream waits for it).
+            asyncio.get_running_loop().call_soon(self._flush_input)
         try:
             if self._refused:
                 reason = "refusal"
@@ -575,6 +588,9 @@ class TurnRun:
         export goes with it (a record of the step's changes, now and then a whole one), so a
         restart forgets no taint, count or placeholder. A `defer`red write is held and
         committed with the next one (or by `flush_audit` at the turn's end)."""
+        if self._flushing is not None:
+            flushing, self._flushing = self._flushing, None
+            await flushing  # in order; a step whose input was not stored is not stored
         exported = self.guardian.export_session(self.session_id)
         if exported is not None:
             memory = GuardianMemory.written(*exported)
@@ -588,18 +604,34 @@ class TurnRun:
                 write = merged(deferred, write)
         if defer:
             self._deferred = write
+            self._input_unwritten = True
+            self.input_deferred = True
             return
         await self._commit_write(write)
 
+    def _flush_input(self) -> None:
+        """The turn's task waits with the input still deferred: write it now, alone."""
+        write, self._deferred = self._deferred, None
+        if write is not None:
+            self._flushing = asyncio.ensure_future(self._commit_write(write))
+
     async def _commit_write(self, write: StepWrite) -> None:
+        # (the first write after the input was deferred holds it: merged, or written first)
+        holds_input = self._input_unwritten
+        if holds_input:
+            self._input_unwritten = False
         try:
             await self.store.commit(self.session_id, write)
-        except BaseException:
+        except BaseException as error:
             self.write_failed = True
+            if holds_input:
+                self.input_error = error
             if write.guardian_memory is not None:  # the stored records miss this one now
                 self.guardian.memory_not_stored(self.session_id)
             raise
         self.committed.append(write)
+        if holds_input and self.input_stored is not None:
+            self.input_stored()
 
     async def _close_open_message(self) -> None:
         """The turn ended with an assistant message still open (its calls were hidden): the
@@ -618,7 +650,7 @@ class TurnRun:
     async def flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
         audit = self.checks.take_audit()
-        if not audit and self._deferred is None:
+        if not audit and self._deferred is None and self._flushing is None:
             return
         try:
             await self._store(StepWrite(audit=audit))

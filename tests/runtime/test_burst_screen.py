@@ -41,6 +41,7 @@ from aap_server.protocol import (
     PostSessionTurnRequest,
     TextDeltaEvent,
     ThinkingDeltaEvent,
+    TurnStartEvent,
     TurnStopEvent,
     UserMessage,
 )
@@ -290,9 +291,14 @@ class Scripted(TurnModel):
         self.deltas: list[str] = []
         self.pause = False  # suspend after each delta (a model streaming from the network)
         self.yielded = 0
+        # Set when the client has `turn_start`: a model streaming from the network answers
+        # after a first wait far longer than the input's write (which goes on meanwhile).
+        self.answering = asyncio.Event()
 
     async def respond(self, request: ModelRequest) -> AsyncIterator[ModelOutput]:
         self.yielded = 0
+        if self.pause:
+            await self.answering.wait()
         for delta in self.deltas:
             self.yielded += 1
             yield TextDelta(text=delta)
@@ -341,6 +347,8 @@ async def delta_turn(service: AapService, seen_after: list[int], model: Scripted
     turn = await service.start_turn(LOCAL_PRINCIPAL, created.session_id, request)
     events = []
     async for event in turn.events():
+        if isinstance(event, TurnStartEvent):
+            model.answering.set()
         if isinstance(event, TextDeltaEvent) and not seen_after:
             seen_after.append(model.yielded)
         events.append(event)
