@@ -128,14 +128,17 @@ async def test_chat_streams_thinking_and_text_in_every_mode(page: Any, server: S
     # The console read the stream delta by delta: what the API sends for this message, in as
     # many deltas.
     streamed, counts = await streamed_on_the_wire(server, message)
-    assert counts["text_delta"] > 5  # the guardian releases text in batches of 64+ characters
+    # The demo model hands its deltas over without waiting: the guardian screens such a burst
+    # once, when the stream's reader wakes, and releases it in one delta or a few.
+    assert counts["text_delta"] >= 1
     assert counts["thinking_delta"] >= 1
     await expect(turn.locator(".msg.assistant .text")).to_have_text(streamed["text_delta"])
     await expect(turn.locator(".thinking .text")).to_have_text(streamed["thinking_delta"])
     footer = turn.locator(".turn-footer")
     thinking = "thinking delta" if counts["thinking_delta"] == 1 else "thinking deltas"
+    text = "text delta" if counts["text_delta"] == 1 else "text deltas"
     await expect(footer).to_have_text(
-        f"stream: delta · {counts['text_delta']} text deltas · "
+        f"stream: delta · {counts['text_delta']} {text} · "
         f"{counts['thinking_delta']} {thinking} · stop: end_turn"
     )
     # Thinking shows above the text it led to, though the default policy's screen lets the
