@@ -158,6 +158,31 @@ class AppHarness(Harness):
         self.app = app
 
 
+def turn_scope(session_id: str) -> dict[str, Any]:
+    """The ASGI scope of alice's `POST /sessions/{session_id}/turns`, for tests that drive
+    the app over ASGI by hand (to see each `send`, or leave at a chosen moment)."""
+    path = f"/sessions/{session_id}/turns"
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"test"),
+            (b"authorization", b"Bearer key-alice"),
+            (b"content-type", b"application/json"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "state": {},
+    }
+
+
 @asynccontextmanager
 async def app_harness(
     tmp_path: Path,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aap_server.guardian import PassThrough
-from tests.conftest import ScriptedGuardian, app_harness
+from tests.conftest import ScriptedGuardian, app_harness, turn_scope
 
 
 async def test_a_turn_answered_at_once_is_one_body_and_reads_nothing_more(tmp_path: Path) -> None:
@@ -33,26 +33,7 @@ async def test_a_turn_answered_at_once_is_one_body_and_reads_nothing_more(tmp_pa
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        path = f"/sessions/{session_id}/turns"
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": [
-                (b"host", b"test"),
-                (b"authorization", b"Bearer key-alice"),
-                (b"content-type", b"application/json"),
-            ],
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 80),
-            "state": {},
-        }
+        scope = turn_scope(session_id)
         body = {"stream": "delta", "messages": [{"role": "user", "content": "hello there"}]}
         request.append({"type": "http.request", "body": json.dumps(body).encode()})
         loop = asyncio.get_running_loop()

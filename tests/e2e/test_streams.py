@@ -37,6 +37,7 @@ from tests.conftest import (
     ScriptedGuardian,
     app_harness,
     harness,
+    turn_scope,
     wait_until,
 )
 
@@ -234,25 +235,7 @@ async def asgi_turn(
         if message["type"] == "http.response.body":
             first_body.set()
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": f"/sessions/{session_id}/turns",
-        "raw_path": f"/sessions/{session_id}/turns".encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [
-            (b"host", b"test"),
-            (b"authorization", b"Bearer key-alice"),
-            (b"content-type", b"application/json"),
-        ],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-        "state": {},
-    }
+    scope = turn_scope(session_id)
     async with asyncio.timeout(10):
         await gh.app(scope, receive, send)
     return sent

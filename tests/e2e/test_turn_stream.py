@@ -13,7 +13,7 @@ import httpx
 import httpx_sse
 
 from aap_server.guardian import PassThrough
-from tests.conftest import ScriptedGuardian, app_harness, wait_until
+from tests.conftest import ScriptedGuardian, app_harness, turn_scope, wait_until
 
 
 def user(text: str, stream: str) -> dict[str, Any]:
@@ -75,26 +75,7 @@ async def test_turn_stop_leaves_once_the_session_is_free(tmp_path: Path) -> None
             if b"event: turn_stop" in body:
                 holders_at_turn_stop.append(await leases.holder(session_id))
 
-        path = f"/sessions/{session_id}/turns"
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": [
-                (b"host", b"test"),
-                (b"authorization", b"Bearer key-alice"),
-                (b"content-type", b"application/json"),
-            ],
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 80),
-            "state": {},
-        }
+        scope = turn_scope(session_id)
         for _ in range(3):
             holders_at_turn_stop.clear()
             request.append(
@@ -108,7 +89,7 @@ async def test_turn_stop_leaves_once_the_session_is_free(tmp_path: Path) -> None
                 await gh.app(scope, receive, send)
             request.clear()
             assert holders_at_turn_stop == [None]
-            again = await gh.client.post(path, json=user("next", "none"))
+            again = await gh.client.post(scope["path"], json=user("next", "none"))
             assert again.status_code == 200, again.text
 
 
