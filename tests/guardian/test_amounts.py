@@ -6,12 +6,10 @@ date, a version or an address does not become an amount. (The attacks themselves
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
 from aap_server.guardian.provenance import _print, words_of
+from tests.conftest import best_cpu_seconds
 from tests.guardian.test_review_r7 import USERS_IBAN, _after_untrusted_mail, _call
 
 
@@ -88,15 +86,6 @@ async def test_a_date_in_the_mail_does_not_make_the_users_call_ask() -> None:
     assert await _call(guardian, make, "send_money", arguments) == "allow"
 
 
-def _cpu(run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        started = time.process_time()
-        run()
-        best = min(best, time.process_time() - started)
-    return best
-
-
 @pytest.mark.parametrize(
     "unit",
     ["$1,0", "eur1", "1,", "1\u00a0", "=1.", "a:1,000", "1" * 50 + "-", "\uff11,"],
@@ -104,7 +93,7 @@ def _cpu(run: Callable[[], object]) -> float:
 @pytest.mark.parametrize("values_only", [True, False])
 def test_reading_amounts_is_linear_in_the_text(unit: str, values_only: bool) -> None:
     small, large = unit * (100_000 // len(unit)), unit * (1_000_000 // len(unit))
-    ratio = _cpu(lambda: words_of(large, values_only)) / max(
-        _cpu(lambda: words_of(small, values_only)), 1e-4
+    ratio = best_cpu_seconds(lambda: words_of(large, values_only)) / max(
+        best_cpu_seconds(lambda: words_of(small, values_only)), 1e-4
     )
     assert ratio < 25, (unit, ratio)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Callable, Iterator
 
 import msgspec
@@ -21,6 +20,7 @@ from aap_server.guardian import provenance
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.guardian.provenance import Provenance, ProvenanceMemory, words_of
+from tests.conftest import best_cpu_seconds
 from tests.guardian import learning_reference as reference
 from tests.guardian.test_fast_paths import assert_learnt_as_plainly
 from tests.guardian.test_provenance import pay, steps, verdict_of
@@ -270,15 +270,6 @@ async def test_a_value_in_a_spaced_json_result_still_needs_approval_to_leave() -
     assert verdict != "allow"
 
 
-def _cpu(run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        started = time.process_time()
-        run()
-        best = min(best, time.process_time() - started)
-    return best
-
-
 def _json_rows(size: int, spaced: bool) -> str:
     row = '{"id": "ord_%06d", "total": %d.50, "at": "2024-05-13T10:30:00Z"}'
     text = ", ".join(row % (n, n) for n in range(size // 60 + 1))
@@ -302,8 +293,8 @@ _HUGE: dict[str, Callable[[int], str]] = {
 @pytest.mark.parametrize("values_only", [False, True])
 def test_learning_is_linear_on_huge_input(name: str, values_only: bool) -> None:
     small, large = _HUGE[name](100_000), _HUGE[name](1_000_000)
-    ratio = _cpu(lambda: words_of(large, values_only)) / max(
-        _cpu(lambda: words_of(small, values_only)), 1e-4
+    ratio = best_cpu_seconds(lambda: words_of(large, values_only)) / max(
+        best_cpu_seconds(lambda: words_of(small, values_only)), 1e-4
     )
     # Linear: ~10; quadratic: ~100.
     assert ratio < 30, f"{name}: 10x the input cost {ratio:.0f}x the CPU time"
@@ -320,7 +311,9 @@ def test_adding_is_linear_in_the_values_added() -> None:
             prints.add_all(batch[:10])  # seen again
             prints.take_touched()
 
-    ratio = _cpu(lambda: run(1_000_000)) / max(_cpu(lambda: run(100_000)), 1e-4)
+    ratio = best_cpu_seconds(lambda: run(1_000_000)) / max(
+        best_cpu_seconds(lambda: run(100_000)), 1e-4
+    )
     assert ratio < 30, f"10x the values cost {ratio:.0f}x the CPU time"
 
 
@@ -333,5 +326,7 @@ def test_adding_one_by_one_is_linear_in_the_values_added() -> None:
         for value in range(count):
             prints.add(value * 7919)
 
-    ratio = _cpu(lambda: run(400_000)) / max(_cpu(lambda: run(40_000)), 1e-4)
+    ratio = best_cpu_seconds(lambda: run(400_000)) / max(
+        best_cpu_seconds(lambda: run(40_000)), 1e-4
+    )
     assert ratio < 30, f"10x the values cost {ratio:.0f}x the CPU time"

@@ -6,12 +6,10 @@ both stay linear on inputs built against them."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
 from aap_server.guardian.detectors import scan_all
+from tests.conftest import best_cpu_seconds
 from tests.guardian.test_review_r7 import _tool_result
 
 PASSWORD = "Xk39fjQm2pLz"
@@ -79,15 +77,6 @@ def test_names_of_ordinary_code_pass(text: str) -> None:
     assert _detectors(text, "injection") == []
 
 
-def _cpu(run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        started = time.process_time()
-        run()
-        best = min(best, time.process_time() - started)
-    return best
-
-
 @pytest.mark.parametrize(
     "unit",
     [
@@ -102,5 +91,7 @@ def _cpu(run: Callable[[], object]) -> float:
 )
 def test_the_detectors_stay_linear_on_inputs_built_against_them(unit: str) -> None:
     small, large = unit * (100_000 // len(unit)), unit * (1_000_000 // len(unit))
-    ratio = _cpu(lambda: scan_all(large)) / max(_cpu(lambda: scan_all(small)), 1e-4)
+    ratio = best_cpu_seconds(lambda: scan_all(large)) / max(
+        best_cpu_seconds(lambda: scan_all(small)), 1e-4
+    )
     assert ratio < 25, (unit, ratio)
