@@ -373,6 +373,7 @@ def _amounts(run: str) -> list[str]:
 
 
 # A call's argument that is an amount with its currency (`9731 EUR`, `$ 9,731.00`).
+_ANY_DIGIT = re.compile(r"\d")  # (any script's: NFKC makes them ASCII)
 _MONEY = re.compile(
     rf"[\s{_GROUP_MARK}]*(?:[{_CURRENCY_SIGNS}]|(?:{_CURRENCY_CODES})(?![a-z]))?"
     rf"[\s{_GROUP_MARK}]*(\d+(?:[,.{_GROUP_MARK}]\d+)*)[\s{_GROUP_MARK}]*"
@@ -382,7 +383,7 @@ _MONEY = re.compile(
 
 def _money_prints(text: str) -> list[int]:
     """Fingerprints of the number an argument written as an amount with its currency is."""
-    if len(text) > MAX_VALUE_CHARS:
+    if len(text) > MAX_VALUE_CHARS or not _ANY_DIGIT.search(text):  # (most arguments)
         return []
     lowered = unicodedata.normalize("NFKC", _grouped(text.lower()))
     money = _MONEY.fullmatch(lowered)
