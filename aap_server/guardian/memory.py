@@ -255,12 +255,13 @@ _BARE_LINK_HINTS = ("mailto:", "sms", "tel:", "www.")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]{1,31});?")
 
 
+def _bare_link_hinted(lowered: str) -> bool:
+    return any(hint in lowered for hint in _BARE_LINK_HINTS)
+
+
 def may_hold_links(text: str) -> bool:
     """Whether `link_spans` may find a link in the text (cheap: substring tests)."""
-    if "//" in text or "&" in text:
-        return True
-    lowered = text.lower()
-    return any(hint in lowered for hint in _BARE_LINK_HINTS)
+    return "//" in text or "&" in text or _bare_link_hinted(text.lower())
 
 
 def link_spans(text: str) -> Iterator[tuple[int, int]]:
@@ -276,7 +277,7 @@ def link_spans(text: str) -> Iterator[tuple[int, int]]:
 
 def _bare_links(text: str) -> Iterator[tuple[int, int]]:
     lowered = text.lower()
-    if not any(hint in lowered for hint in _BARE_LINK_HINTS):
+    if not _bare_link_hinted(lowered):
         return
     for found in _BARE_LINK.finditer(lowered):
         start = found.start()
@@ -474,23 +475,14 @@ def _links_as_read(text: str) -> Iterator[tuple[int, int]]:
 
     # The links as written and as read, overlapping ones as one (`&#32;` ends a link as
     # read, not as written).
-    spans = sorted(
-        [
-            *link_spans(text),
-            *(
-                (in_text(start, False), in_text(end, True))
-                for start, end in link_spans("".join(pieces))
-            ),
-        ]
-    )
-    start, end = spans[0] if spans else (0, -1)
-    for span in spans[1:]:
-        if span[0] < end:
-            end = max(end, span[1])
+    as_read = [(in_text(s, False), in_text(e, True)) for s, e in link_spans("".join(pieces))]
+    merged: list[list[int]] = []
+    for start, end in sorted([*link_spans(text), *as_read]):
+        if merged and start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
         else:
-            yield start, end
-            start, end = span
-    if spans:
+            merged.append([start, end])
+    for start, end in merged:
         yield start, end
 
 
