@@ -22,7 +22,9 @@ a `none` turn's step is 5 statements: one INSERT per history, the audit entries 
 chain head, the guardian memory record (before: 12, and a read of the owner's counter on
 the reader at each turn's start); with several, 2 more (the session's version and the row
 that checks the copy and the turn's lease). The owners' counters are written once per group,
-before its COMMIT (`_Known.settle`).
+before its COMMIT (`_Known.settle`). In a group, its steps' rows go in together: one
+multi-row INSERT per log and one statement for the audit chains' heads per group, not per
+step (`_Appends`; a group of 50 `none` turns' steps: 120 -> 89 µs of the writer's CPU each).
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ WAL_RESTART_PAGES = 4000
 # this many bytes (a single bigger write goes alone), so that one transaction stays short.
 GROUP_MAX_WRITES = 64
 GROUP_MAX_BYTES = 4 * 1024 * 1024
+# Prepared statements the writer keeps (sqlite3's default: 128). A group inserts each log's
+# rows in one statement per row count (`_insert`), up to ~130 of them per log; preparing a
+# 100-row INSERT again costs ~90 µs, so they must not push each other out.
+WRITER_STATEMENTS = 1024
 
 # --- SQL -----------------------------------------------------------------------------------
 # Constant statements only (one per history table), never SQL built from values.
@@ -534,7 +540,7 @@ class _Known:
     not by every write (one UPSERT per owner per group instead of one per step). A read of
     the counters inside the group adds what is owed (`owed_by`)."""
 
-    __slots__ = ("heads", "owed", "owed_step", "shared", "usage")
+    __slots__ = ("appends", "heads", "owed", "owed_step", "shared", "usage")
 
     def __init__(self, shared: bool) -> None:
         self.shared = shared
@@ -542,6 +548,8 @@ class _Known:
         self.usage: _Layered[str, int] = _Layered(0 if shared else KNOWN_OWNERS)
         self.owed: dict[str, tuple[int, int]] = {}
         self.owed_step: dict[str, tuple[int, int]] = {}
+        # The group's steps' log rows, not yet inserted (`_Appends`); None: write at once.
+        self.appends: _Appends | None = None
 
     def owe(self, owner: str, sessions: int, stored_bytes: int) -> None:
         was = self.owed_step.get(owner)
@@ -581,6 +589,13 @@ class _Known:
         self.usage.abort()
         self.owed.clear()
         self.owed_step.clear()
+        self.appends = None
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Insert the log rows the group's steps left so far (before anything else reads
+        or changes those tables, and before COMMIT)."""
+        if self.appends is not None:
+            self.appends.flush(conn)
 
     def settle(self, conn: sqlite3.Connection) -> None:
         """Add what the group's kept writes owe to each owner's counters (in the group's
@@ -643,10 +658,19 @@ def _group_transaction(
 def _all_or_nothing(
     conn: sqlite3.Connection, known: _Known, bodies: Sequence[_Body]
 ) -> list[_Outcome]:
+    """Run the bodies with no savepoints; the steps' log rows are inserted together, one
+    multi-row INSERT per log for the whole group (`_Appends`), any other body first
+    inserting those left before it. An error in those INSERTs (none is expected: each seq
+    comes from the heads) fails the pass, and the group runs again in savepoints."""
     outcomes: list[_Outcome] = []
+    appends = known.appends = _Appends()
     for body in bodies:
+        if type(body) is not _Step:
+            appends.flush(conn)
         outcomes.append((True, body(conn)))
         known.release()
+    appends.flush(conn)
+    known.appends = None
     return outcomes
 
 
@@ -703,15 +727,56 @@ def _insert(conn: sqlite3.Connection, head: str, width: int, params: list[Any]) 
         start, rows_left = end, rows_left - rows
 
 
+class _Appends:
+    """The log rows (history, audit, guardian memory records) and audit chain heads of a
+    group's steps, inserted together before anything else in the group reads or changes
+    those tables: one multi-row INSERT per log and one statement for the heads per group,
+    instead of four or five statements per step."""
+
+    __slots__ = ("chain_heads", "rows")
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[int, list[Any]]] = {}  # INSERT head -> (width, values)
+        self.chain_heads: dict[str, tuple[int, str]] = {}  # chain -> its newest (seq, hash)
+
+    def add(self, head: str, width: int, params: list[Any]) -> None:
+        found = self.rows.get(head)
+        if found is None:
+            self.rows[head] = (width, params)
+        else:
+            found[1].extend(params)
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        if self.rows:
+            for head, (width, params) in self.rows.items():
+                _insert(conn, head, width, params)
+            self.rows.clear()
+        if self.chain_heads:
+            conn.executemany(
+                _MOVE_CHAIN_HEAD,
+                [(seq, digest, chain) for chain, (seq, digest) in self.chain_heads.items()],
+            )
+            self.chain_heads.clear()
+
+
 def _append(
-    conn: sqlite3.Connection, head: str, session_id: str, seq: int, values: Sequence[bytes]
+    conn: sqlite3.Connection,
+    head: str,
+    session_id: str,
+    seq: int,
+    values: Sequence[bytes],
+    appends: _Appends | None = None,
 ) -> int:
-    """Insert `values` at seqs from `seq` on; returns the next seq."""
+    """Insert `values` at seqs from `seq` on (now, or with the group's `appends`); returns
+    the next seq."""
     params: list[Any] = []
     for value in values:
         params += (session_id, seq, value)
         seq += 1
-    _insert(conn, head, 3, params)
+    if appends is None:
+        _insert(conn, head, 3, params)
+    else:
+        appends.add(head, 3, params)
     return seq
 
 
@@ -756,14 +821,19 @@ def _commit_sync(
                 raise _lease_lost(fence, row[3])  # rolls the version's count back too
         owner, version, created_at = row[0], row[1], row[2]
         if heads is None or heads.version + 1 != version or heads.created_at != created_at:
+            known.flush(conn)
             heads = _read_heads(conn, session_id, owner, version, created_at)
         else:
             heads = heads.copy()
             heads.version = version
     added = step.appended_bytes
+    appends = known.appends
     if step.full:
-        heads.full = _append(conn, _INSERT_MESSAGE["full"], session_id, heads.full, step.full)
+        heads.full = _append(
+            conn, _INSERT_MESSAGE["full"], session_id, heads.full, step.full, appends
+        )
     if step.drop:
+        known.flush(conn)
         seqs = [row[0] for row in conn.execute(_OLDEST_COMPACTED, (session_id, step.drop))]
         check_drop(step.drop, len(seqs))
         conn.execute(_COUNT_COMPACTION, (session_id,))
@@ -778,7 +848,12 @@ def _commit_sync(
         _insert(conn, _INSERT_MESSAGE["compacted"], 3, replaced)
     if step.compacted:
         heads.compacted = _append(
-            conn, _INSERT_MESSAGE["compacted"], session_id, heads.compacted, step.compacted
+            conn,
+            _INSERT_MESSAGE["compacted"],
+            session_id,
+            heads.compacted,
+            step.compacted,
+            appends,
         )
     for key, value in step.state:
         old = conn.execute(_STATE_SIZE, (session_id, key)).fetchone()
@@ -788,26 +863,54 @@ def _commit_sync(
     # The owner's bytes also hold the audit entries (which outlive the session).
     if step.audit:
         rows = chain_rows(session_id, heads.audit, step.audit)
-        added += _insert_audit(conn, session_id, rows)
+        added += _insert_audit(conn, session_id, rows, appends)
         heads.audit = (rows[-1][1], rows[-1][4])
     if added:
         known.owe(heads.owner, 0, added)
     if step.guardian_memory is not None:
-        heads.memory_log = _write_memory(conn, session_id, step.guardian_memory, heads.memory_log)
+        heads.memory_log = _write_memory(
+            conn, session_id, step.guardian_memory, heads.memory_log, known
+        )
     known.heads.put(session_id, heads)
 
 
+class _Step:
+    """A step's write (`_commit_sync`) as a group runs it: a body whose log rows may wait
+    for the group's (`_Appends`), where any other body inserts those before it runs."""
+
+    __slots__ = ("fence", "known", "session_id", "step")
+
+    def __init__(
+        self, known: _Known, session_id: str, step: EncodedStep, fence: TurnFence | None
+    ) -> None:
+        self.known = known
+        self.session_id = session_id
+        self.step = step
+        self.fence = fence
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        _commit_sync(conn, self.known, self.session_id, self.step, self.fence)
+
+
 def _write_memory(
-    conn: sqlite3.Connection, session_id: str, memory: GuardianMemory, next_seq: int
+    conn: sqlite3.Connection,
+    session_id: str,
+    memory: GuardianMemory,
+    next_seq: int,
+    known: _Known | None = None,
 ) -> int:
     """Store what the guardian's memory of a session gained (see `GuardianMemory`), its
-    records from log seq `next_seq` on; returns the log's next seq."""
+    records from log seq `next_seq` on (with `known`'s group appends if it has them);
+    returns the log's next seq."""
+    appends = None if known is None else known.appends
     if memory.snapshot is not None:
+        if known is not None:
+            known.flush(conn)  # the session's records already queued go before the snapshot
         conn.execute(_UPSERT_MEMORY, (session_id, memory.snapshot))
         conn.execute(_CLEAR_MEMORY_LOG, (session_id,))  # the records after it count from 0
         next_seq = 0
     if memory.records:
-        next_seq = _append(conn, _INSERT_MEMORY_LOG, session_id, next_seq, memory.records)
+        next_seq = _append(conn, _INSERT_MEMORY_LOG, session_id, next_seq, memory.records, appends)
     return next_seq
 
 
@@ -878,13 +981,20 @@ def _audit_head(conn: sqlite3.Connection, chain: str) -> tuple[int, str] | None:
     return None if last is None or last[0] < 0 else (last[0], last[1])
 
 
-def _insert_audit(conn: sqlite3.Connection, chain: str, rows: list[AuditRow]) -> int:
-    """Store chained entries and move the chain's head to the last; returns their bytes."""
+def _insert_audit(
+    conn: sqlite3.Connection, chain: str, rows: list[AuditRow], appends: _Appends | None = None
+) -> int:
+    """Store chained entries and move the chain's head to the last (now, or with the
+    group's `appends`); returns their bytes."""
     params: list[Any] = []
     for row in rows:
         params += row
-    _insert(conn, _INSERT_AUDIT, 5, params)
-    conn.execute(_MOVE_CHAIN_HEAD, (rows[-1][1], rows[-1][4], chain))
+    if appends is None:
+        _insert(conn, _INSERT_AUDIT, 5, params)
+        conn.execute(_MOVE_CHAIN_HEAD, (rows[-1][1], rows[-1][4], chain))
+    else:
+        appends.add(_INSERT_AUDIT, 5, params)
+        appends.chain_heads[chain] = (rows[-1][1], rows[-1][4])
     return sum(len(row[3]) for row in rows)
 
 
@@ -1246,7 +1356,9 @@ class SqliteSessionStore(SessionStore):
     async def open(self) -> None:
         if self._db is not None:
             raise RuntimeError("SqliteSessionStore is already open")
-        db = await aiosqlite.connect(self._path, isolation_level=None)
+        db = await aiosqlite.connect(
+            self._path, isolation_level=None, cached_statements=WRITER_STATEMENTS
+        )
         try:
             # Created on, and only ever used from, the worker thread.
             conn = db._conn
@@ -1410,10 +1522,7 @@ class SqliteSessionStore(SessionStore):
         fence = turn_fence.get() if self.shared_leases else None
         if fence is not None and fence.session_id != session_id:
             fence = None
-        known = self._known
-        await self._write(
-            lambda conn: _commit_sync(conn, known, session_id, step, fence), step.appended_bytes
-        )
+        await self._write(_Step(self._known, session_id, step, fence), step.appended_bytes)
 
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         if limit < 1:

@@ -17,6 +17,7 @@ import pytest
 
 import aap_server.store.sqlite as sqlite_module
 from aap_server.store import (
+    AuditDraft,
     LeaseLostError,
     QuotaExceededError,
     SqliteSessionStore,
@@ -25,6 +26,7 @@ from aap_server.store import (
     turn_fence,
 )
 from aap_server.store.base import Compaction, GuardianMemory
+from aap_server.store.verify import verify_store
 
 from .helpers import assistant, new_record, texts, user
 
@@ -35,9 +37,8 @@ def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ..
         return conn.execute(sql, params).fetchall()
 
 
-# One statement of each step these tests commit (each appends to the full history) and of
-# each lease take.
-WRITE_STARTS = ("INSERT INTO history_full", "INSERT INTO turn_leases")
+FULL_HISTORY_ROWS = "INSERT INTO history_full"
+LEASE_TAKE = "INSERT INTO turn_leases"
 
 
 class Trace:
@@ -46,21 +47,24 @@ class Trace:
     def __init__(self) -> None:
         self.statements: list[str] = []
 
-    def groups(self) -> list[int]:
+    def groups(self, full_rows: int = 2) -> list[int]:
         """How many writes each committed transaction held: its savepoints when its writes
-        ran in savepoints (after one of them failed), else its steps and lease takes (each
-        runs one of `WRITE_STARTS`); a lone write counts one."""
+        ran in savepoints (after one of them failed), else its lease takes and its steps
+        (each appends `full_rows` messages to the full history; a group's steps insert
+        theirs together, each row's message a blob literal `x'…'`); a lone write counts one."""
         sizes: list[int] = []
-        savepoints = starts = 0
+        savepoints = starts = rows = 0
         for sql in self.statements:
             if sql == "BEGIN IMMEDIATE":
-                savepoints = starts = 0
+                savepoints = starts = rows = 0
             elif sql == "SAVEPOINT write":
                 savepoints += 1
-            elif sql.startswith(WRITE_STARTS):
+            elif sql.startswith(LEASE_TAKE):
                 starts += 1
+            elif sql.startswith(FULL_HISTORY_ROWS):
+                rows += sql.count(", x'")
             elif sql == "COMMIT":
-                sizes.append(max(savepoints or starts, 1))
+                sizes.append(max(savepoints or starts + rows // full_rows, 1))
         return sizes
 
     def savepoints(self) -> int:
@@ -254,7 +258,7 @@ async def test_a_group_closes_at_group_max_bytes_and_a_bigger_write_goes_alone(
         *(store.commit(record.session_id, small) for _ in range(6)),
     )
 
-    assert trace.groups() == [1, 1, 3, 3]
+    assert trace.groups(full_rows=1) == [1, 1, 3, 3]
     assert len(await store.load_history(record.session_id, "full")) == 7
 
 
@@ -400,3 +404,133 @@ async def test_a_step_appends_each_tables_rows_in_one_statement_and_reads_nothin
     assert await store._read(
         lambda conn: conn.execute("SELECT seq FROM guardian_memory_log").fetchall()
     ) == [(0,)]
+
+
+def verdicts(turn: str, count: int = 2) -> list[AuditDraft]:
+    return [
+        AuditDraft(
+            turn_id=turn,
+            step_id=f"{turn}.{k}",
+            method="steps/message",
+            decision="allow",
+            reason_codes=[],
+            latency_us=7,
+            at="2026-11-24T06:00:00.000Z",
+        )
+        for k in range(count)
+    ]
+
+
+def turn(text: str) -> StepWrite:
+    """What a `none` turn's step writes: two messages to each history, two verdicts, a
+    guardian memory record."""
+    return StepWrite(
+        full=[user(text), assistant(text)],
+        compacted=[user(text), assistant(text)],
+        audit=verdicts(text),
+        guardian_memory=GuardianMemory(records=(text.encode(),)),
+    )
+
+
+async def test_a_groups_steps_insert_each_logs_rows_in_one_statement(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    records = [new_record() for _ in range(20)]
+    for record in records:
+        await store.create_session(record, [user("seed")])
+        await store.commit(record.session_id, turn("first"))  # the heads are known
+    trace = await traced(store)
+
+    outcomes = await while_writer_busy(
+        store, *(store.commit(r.session_id, turn(f"turn {i}")) for i, r in enumerate(records))
+    )
+
+    assert outcomes == [None] * 20
+    assert trace.groups() == [1, 20]
+    group = trace.statements[trace.statements.index("BEGIN IMMEDIATE", 1) :]
+    for log in ("history_full", "history_compacted", "audit_entries", "guardian_memory_log"):
+        # One multi-row INSERT per log for the 20 steps (before: one per step).
+        assert sum(sql.startswith(f"INSERT INTO {log} ") for sql in group) == 1, log
+    for i, record in enumerate(records):
+        expected = ["seed", "first", "first", f"turn {i}", f"turn {i}"]
+        assert texts(await store.load_history(record.session_id, "full")) == expected
+        assert texts(await store.load_history(record.session_id, "compacted")) == expected
+        snapshot = await store.load_turn(record.session_id, "alice")
+        assert snapshot is not None
+        assert snapshot.guardian_memory is not None
+        assert snapshot.guardian_memory.records == (b"first", f"turn {i}".encode())
+    # Every chain holds and ends where its head says (the heads moved with the entries).
+    reports = [report async for report in verify_store(store)]
+    assert len(reports) == 20
+    assert all(r.broken_at is None and r.entries == 4 for r in reports), reports
+
+
+async def test_a_group_that_mixes_steps_with_other_writes_stores_what_one_at_a_time_does(
+    tmp_path: Path,
+) -> None:
+    """Other writes in a group (a deletion, a creation, a caller's verdicts) and steps that
+    read what the group's steps wrote (a compaction, a memory snapshot, a session's first
+    step) see those rows, as when each write was a transaction of its own."""
+    kept, gone, fresh = new_record(), new_record(), new_record()
+    kept_id = kept.session_id
+    snapshot = GuardianMemory(snapshot=b"whole", records=(b"after",))
+    compaction = StepWrite(
+        full=[user("c")], compaction=Compaction(drop=3, replacement=[user("summary")])
+    )
+
+    def writes(store: SqliteSessionStore) -> list[Awaitable[Any]]:
+        return [
+            store.commit(kept_id, turn("one")),
+            store.commit(gone.session_id, turn("lost")),
+            store.delete_session(gone.session_id, "alice"),
+            store.create_session(fresh, [user("hello")], audit=verdicts("created", 1)),
+            store.commit(fresh.session_id, turn("fresh")),
+            store.commit(kept_id, compaction),
+            store.commit(kept_id, turn("two")),
+            store.commit(kept_id, StepWrite(guardian_memory=snapshot)),
+            store.append_audit("aos:alice", "alice", verdicts("caller", 3)),
+            store.commit(kept_id, turn("three")),
+        ]
+
+    files = {}
+    for name in ("grouped", "alone"):
+        store = SqliteSessionStore(str(tmp_path / f"{name}.db"))
+        await store.open()
+        try:
+            for record in (kept, gone):
+                await store.create_session(record, [user("seed")])
+                await store.commit(record.session_id, turn("first"))
+            trace = await traced(store)
+            if name == "grouped":
+                outcomes = await while_writer_busy(store, *writes(store))
+                # The held write, then the ten in one pass (nothing failed: no savepoints).
+                assert trace.statements.count("COMMIT") == 2
+                assert trace.savepoints() == 0
+            else:
+                outcomes = [await write for write in writes(store)]
+            assert outcomes == [None, None, True] + [None] * 7
+            reports = [report async for report in verify_store(store)]
+            assert [r.broken_at for r in reports] == [None] * 4, reports
+        finally:
+            await store.close()
+        files[name] = tmp_path / f"{name}.db"
+
+    def contents(path: Path) -> list[list[tuple[Any, ...]]]:
+        return [
+            raw(str(path), sql)
+            for sql in (
+                "SELECT session_id, seq, message FROM history_full ORDER BY 1, 2",
+                "SELECT session_id, seq, message FROM history_compacted ORDER BY 1, 2",
+                "SELECT chain, seq, entry, hash FROM audit_entries ORDER BY 1, 2",
+                "SELECT chain, head_seq, head_hash FROM audit_chains ORDER BY 1",
+                "SELECT session_id, seq, record FROM guardian_memory_log ORDER BY 1, 2",
+                "SELECT session_id, memory FROM guardian_memory ORDER BY 1",
+                "SELECT owner, sessions, stored_bytes FROM owner_usage",
+            )
+        ]
+
+    grouped, alone = contents(files["grouped"]), contents(files["alone"])
+    assert grouped == alone
+    full = [row[2] for row in grouped[0] if row[0] == kept_id]
+    assert len(full) == 1 + 2 + 2 + 1 + 2 + 2  # seed, first, one, c, two, three
+    assert [row[2] for row in grouped[4] if row[0] == kept_id] == [b"after", b"three"]
