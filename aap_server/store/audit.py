@@ -36,10 +36,7 @@ _encode = msgspec.json.Encoder().encode
 
 def entry_hash(prev_hash: str, seq: int, draft: AuditDraft) -> str:
     """sha256 over the previous hash, the position and the entry's fields (in field order)."""
-    digest = hashlib.sha256(prev_hash.encode())
-    digest.update(b"\n%d\n" % seq)
-    digest.update(_encode(draft))
-    return digest.hexdigest()
+    return hashlib.sha256(b"%s\n%d\n%s" % (prev_hash.encode(), seq, _encode(draft))).hexdigest()
 
 
 def first_broken(entries: Sequence[AuditEntry], prev_hash: str = GENESIS_HASH) -> int | None:

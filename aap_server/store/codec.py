@@ -225,8 +225,21 @@ def chain_rows(
     rows = []
     for draft in drafts:
         digest = entry_hash(prev_hash, seq, draft)
+        # Field by field, not `**asdict(draft)` (runs on the writer thread: 8.5 -> 5.5 µs a
+        # `none` turn's two entries); tests/store check that every draft field is kept.
         entry = AuditEntry(
-            seq=seq, prev_hash=prev_hash, hash=digest, **msgspec.structs.asdict(draft)
+            seq=seq,
+            turn_id=draft.turn_id,
+            step_id=draft.step_id,
+            method=draft.method,
+            decision=draft.decision,
+            reason_codes=draft.reason_codes,
+            latency_us=draft.latency_us,
+            at=draft.at,
+            prev_hash=prev_hash,
+            hash=digest,
+            rule_id=draft.rule_id,
+            policy_hash=draft.policy_hash,
         )
         rows.append((chain, seq, now, ENCODER.encode(entry), digest))
         seq, prev_hash = seq + 1, digest

@@ -21,11 +21,13 @@ from aap_server.protocol import (
 )
 from aap_server.store import (
     GENESIS_HASH,
+    AuditDraft,
     Compaction,
     GuardianMemory,
     InvalidCursorError,
     SessionStore,
     StepWrite,
+    entry_hash,
     first_broken,
 )
 
@@ -598,6 +600,30 @@ async def test_audit_entries_are_hash_chained_in_order_and_paged(store: SessionS
     # Editing any field of an entry breaks the chain from there on.
     tampered = [entries[0], msgspec.structs.replace(entries[1], decision="deny"), entries[2]]
     assert first_broken(tampered) == 1
+
+
+async def test_an_audit_entry_keeps_every_field_of_its_draft(store: SessionStore) -> None:
+    record = new_record()
+    await store.create_session(record, [])
+    given = AuditDraft(
+        turn_id="turn_9",
+        step_id="step_9",
+        method="steps/toolCall",
+        decision="modify",
+        reason_codes=["pii.email", "policy.rule"],
+        latency_us=123,
+        at="2026-11-24T06:00:00.000Z",
+        rule_id="rule_7",
+        policy_hash="ab" * 32,
+    )
+    await store.commit(record.session_id, StepWrite(audit=[given]))
+
+    (entry,) = (await store.load_audit(record.session_id, None, 10)).records
+    fields = msgspec.structs.asdict(entry)
+    assert (fields.pop("seq"), fields.pop("prev_hash")) == (0, GENESIS_HASH)
+    assert fields.pop("hash") == entry_hash(GENESIS_HASH, 0, given)
+    # Every draft field (those added later too), as given.
+    assert fields == msgspec.structs.asdict(given)
 
 
 async def test_malformed_audit_cursor_raises_invalid_cursor_error(store: SessionStore) -> None:
