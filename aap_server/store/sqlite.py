@@ -665,7 +665,7 @@ def _all_or_nothing(
     outcomes: list[_Outcome] = []
     appends = known.appends = _Appends()
     for body in bodies:
-        if type(body) is not _Step:
+        if type(body) not in _KEEPS_APPENDS:
             appends.flush(conn)
         outcomes.append((True, body(conn)))
         known.release()
@@ -890,6 +890,24 @@ class _Step:
 
     def __call__(self, conn: sqlite3.Connection) -> None:
         _commit_sync(conn, self.known, self.session_id, self.step, self.fence)
+
+
+class _NoLogs(Generic[_T]):
+    """A write that reads and changes none of the logs a group's steps append to (turn
+    leases, which with several worker processes come beside each turn's steps; a POST /aos
+    caller's memory): the group's log rows need not be inserted before it."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: Callable[[sqlite3.Connection], _T]) -> None:
+        self.body = body
+
+    def __call__(self, conn: sqlite3.Connection) -> _T:
+        return self.body(conn)
+
+
+# The bodies that leave a group's log rows queued (`_all_or_nothing`).
+_KEEPS_APPENDS = (_Step, _NoLogs)
 
 
 def _write_memory(
@@ -1293,7 +1311,7 @@ class SqliteSessionStore(SessionStore):
 
     async def writes_settled(self) -> None:
         # A cancelled caller's write still commits; an empty write queues behind it.
-        await self._write(lambda conn: None)
+        await self._write(_NoLogs(lambda conn: None))
 
     def _wrote(self, db: aiosqlite.Connection, conn: sqlite3.Connection) -> None:
         """A write transaction returned: the writes queued meanwhile go next, as a group."""
@@ -1596,7 +1614,9 @@ class SqliteSessionStore(SessionStore):
     ) -> bool:
         save = CallerMemorySave(session_id, memory, tainted, version, whole)
         limits = self._limits
-        return await self._write(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))
+        return await self._write(
+            _NoLogs(lambda conn: _save_caller_memory_sync(conn, limits, caller, save))
+        )
 
     def hold_caller_memory(
         self, caller: str, session_id: str, wait_seconds: float
@@ -1626,8 +1646,10 @@ class SqliteSessionStore(SessionStore):
         quota = limits if check_quota else None
         known = self._known
         return await self._write(
-            lambda conn: _take_lease_sync(
-                conn, known, session_id, turn_id, ttl_ms, owner, max_turns, quota
+            _NoLogs(
+                lambda conn: _take_lease_sync(
+                    conn, known, session_id, turn_id, ttl_ms, owner, max_turns, quota
+                )
             )
         )
 
@@ -1635,12 +1657,16 @@ class SqliteSessionStore(SessionStore):
         if not self.shared_leases:
             return True
         params = (now_ms() + int(ttl_seconds * 1000), session_id, turn_id)
-        renewed: int = await self._write(lambda conn: conn.execute(_RENEW_LEASE, params).rowcount)
+        renewed: int = await self._write(
+            _NoLogs(lambda conn: conn.execute(_RENEW_LEASE, params).rowcount)
+        )
         return renewed == 1
 
     async def release_turn(self, session_id: str, turn_id: str) -> None:
         if self.shared_leases:
-            await self._write(lambda conn: conn.execute(_RELEASE_LEASE, (session_id, turn_id)))
+            await self._write(
+                _NoLogs(lambda conn: conn.execute(_RELEASE_LEASE, (session_id, turn_id)))
+            )
 
     async def turn_holder(self, session_id: str) -> str | None:
         if not self.shared_leases:

@@ -534,3 +534,44 @@ async def test_a_group_that_mixes_steps_with_other_writes_stores_what_one_at_a_t
     full = [row[2] for row in grouped[0] if row[0] == kept_id]
     assert len(full) == 1 + 2 + 2 + 1 + 2 + 2  # seed, first, one, c, two, three
     assert [row[2] for row in grouped[4] if row[0] == kept_id] == [b"after", b"three"]
+
+
+async def test_with_workers_the_turn_leases_between_steps_keep_their_rows_in_one_insert(
+    tmp_path: Path,
+) -> None:
+    """With several worker processes each turn takes and releases a lease beside its steps:
+    those writes touch no log, so a group's steps still insert their rows together."""
+    store = SqliteSessionStore(str(tmp_path / "w.db"), shared_leases=True)
+    await store.open()
+    try:
+        records = [new_record() for _ in range(4)]
+        for record in records:
+            await store.create_session(record, [user("seed")])
+            await store.commit(record.session_id, turn("first"))  # the heads are known
+        assert await store.take_turn(records[0].session_id, "turn_a", 30) is None
+        trace = await traced(store)
+
+        outcomes = await while_writer_busy(
+            store,
+            store.commit(records[1].session_id, turn("b")),
+            store.take_turn(records[2].session_id, "turn_c", 30),
+            store.commit(records[3].session_id, turn("d")),
+            store.release_turn(records[0].session_id, "turn_a"),
+            store.commit(records[2].session_id, turn("c")),
+        )
+
+        assert outcomes == [None] * 5
+        group = trace.statements[trace.statements.index("BEGIN IMMEDIATE", 1) :]
+        assert trace.statements.count("COMMIT") == 2
+        for log in ("history_full", "history_compacted", "audit_entries"):
+            assert sum(sql.startswith(f"INSERT INTO {log} ") for sql in group) == 1, log
+        assert await store.turn_holder(records[0].session_id) is None
+        assert await store.turn_holder(records[2].session_id) == "turn_c"
+        for record, text in zip(records[1:], "bcd", strict=True):
+            history = await store.load_history(record.session_id, "full")
+            assert texts(history) == ["seed", "first", "first", text, text]
+        reports = [report async for report in verify_store(store)]
+        entries = {r.chain: r.entries for r in reports if r.broken_at is None}
+        assert entries == {r.session_id: 2 if r is records[0] else 4 for r in records}
+    finally:
+        await store.close()
