@@ -560,16 +560,17 @@ class AapService:
     def _keep(self, run: TurnRun, kept: CachedSession | None, completed: bool) -> None:
         """Keep the session as the turn's writes left it, if every one of them committed
         and the turn ended as it should; else forget it (the next turn reads it)."""
-        self.sessions.drop(run.session_id)
         if kept is None or not completed or run.write_failed:
+            self.sessions.drop(run.session_id)
             return
         try:
             for write in run.committed:
                 kept.apply(write)
         except Exception:  # never in the way of ending the turn: the next one reads
             logger.exception("session %s: could not keep it in memory", run.session_id)
+            self.sessions.drop(run.session_id)
             return
-        self.sessions.put(run.session_id, kept)
+        self.sessions.put(run.session_id, kept)  # (in place of any entry)
 
     async def _end_turn(self, principal: Principal, session_id: str, turn_id: str) -> None:
         """Free what a turn holds: its session (here and across replicas), its principal's slot."""
