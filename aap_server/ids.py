@@ -11,7 +11,6 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Every 10-bit value as its two characters: an id is 13 look-ups, not 26 shifts and masks.
 _PAIRS = [_CROCKFORD[i >> 5] + _CROCKFORD[i & 31] for i in range(1024)]
 _SHIFTS = tuple(range(120, -1, -10))
-_LOW_40 = (1 << 40) - 1
 
 
 def encode(value: int) -> str:
@@ -41,10 +40,12 @@ class IdGenerator:
 
     def __init__(self) -> None:
         self._draw()
-        self._last_ms = -1
-        # The texts of the last time and of the last counter's upper 60 bits, each with its
-        # value as one tuple (a thread reads both or neither of a new one's).
+        # Texts cached with their values, each pair one tuple (a thread reads both or neither
+        # of a new one's): the last id's millisecond (its 10 characters), that millisecond's
+        # upper 38 bits (its first 8: they change once a second), and the counter's upper 60
+        # bits (changed once a million ids).
         self._time: tuple[int, str] = (-1, "")
+        self._upper: tuple[int, str] = (-1, "")
         self._high: tuple[int, str] = (-1, "")
 
     def _draw(self) -> None:
@@ -56,35 +57,26 @@ class IdGenerator:
         """A forked child draws its own random part (else it would repeat its parent's ids)."""
         self._draw()
 
-    def _next(self) -> tuple[int, int]:
-        now_ms = time.time_ns() // 1_000_000
-        if now_ms < self._last_ms:  # the clock stepped back: stay in order
-            now_ms = self._last_ms
-        self._last_ms = now_ms
-        return now_ms, self._random + next(self._count)
-
-    def new_int(self) -> int:
-        now_ms, rest = self._next()
-        return (now_ms << 80) | rest
-
     def new(self, prefix: str) -> str:
-        # `_next`, written here: one call fewer per id.
         now_ms = time.time_ns() // 1_000_000
-        if now_ms < self._last_ms:  # the clock stepped back: stay in order
-            now_ms = self._last_ms
-        self._last_ms = now_ms
-        rest = self._random + next(self._count)
-        pairs = _PAIRS
-        ms, time_text = self._time
-        if ms != now_ms:  # the first 10 characters: the time's 48 bits (in 50)
-            time_text = pairs[(now_ms >> 40) & 1023] + _forty_bits(now_ms)
+        last_ms, time_text = self._time
+        # A later millisecond: its text (an earlier one, the clock stepped back: the last
+        # one's, so ids stay in order).
+        if now_ms > last_ms:
+            upper, upper_text = self._upper
+            if now_ms >> 10 != upper:
+                upper = now_ms >> 10
+                upper_text = _forty_bits(upper)
+                self._upper = (upper, upper_text)
+            time_text = upper_text + _PAIRS[now_ms & 1023]
             self._time = (now_ms, time_text)
+        rest = self._random + next(self._count)
         high, high_text = self._high
-        if high != rest >> 20:  # all but the last 20 bits: changed once a million ids
+        if high != rest >> 20:  # all but the last 20 bits
             high = rest >> 20
-            high_text = _forty_bits(high >> 20) + pairs[(high >> 10) & 1023] + pairs[high & 1023]
+            high_text = _forty_bits(high >> 20) + _PAIRS[(high >> 10) & 1023] + _PAIRS[high & 1023]
             self._high = (high, high_text)
-        return prefix + time_text + high_text + pairs[(rest >> 10) & 1023] + pairs[rest & 1023]
+        return prefix + time_text + high_text + _PAIRS[(rest >> 10) & 1023] + _PAIRS[rest & 1023]
 
 
 _default = IdGenerator()
@@ -94,6 +86,9 @@ os.register_at_fork(after_in_child=_default.after_fork)
 def new_id(prefix: str) -> str:
     """A fresh id such as `sess_01JD…`; later calls sort after earlier ones."""
     return _default.new(prefix)
+
+
+_MILLISECONDS = [f".{ms:03d}Z" for ms in range(1000)]  # a wire time's last 5 characters
 
 
 class _Clock:
@@ -118,7 +113,7 @@ class _Clock:
         if second != cached_second:
             prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self._second = (second, prefix)
-        text = f"{prefix}.{ms:03d}Z"
+        text = prefix + _MILLISECONDS[ms]
         self._ms = (now_ms, text)
         return text
 

@@ -135,10 +135,38 @@ class GuardianChecks:
         # clock read less), never before an earlier verdict's (checks made at once, such as
         # concurrent tools' results, may end in another order than they were made).
         context = getattr(request.params, "context", None)  # MCP and A2A messages: none
-        at = None if context is None else max(context.timestamp, self._last_at)
-        verdict, draft = await check_recorded(self.guardian, request, self._scope, self.turn_id, at)
-        self._last_at = draft.at
-        self._audit.append(draft)
+        at = "" if context is None else max(context.timestamp, self._last_at)
+        # `check_recorded` and `audit_draft`, written out (a turn's every step runs this).
+        started = time.perf_counter_ns()
+        token = check_scope.set(self._scope)
+        try:
+            verdict = await self.guardian.check(request)
+        finally:
+            check_scope.reset(token)
+        latency_ns = time.perf_counter_ns() - started
+        data = verdict.data
+        rule_id = policy_hash = None
+        if isinstance(data, dict):
+            if not isinstance(rule_id := data.get("ruleId"), str):
+                rule_id = None
+            if not isinstance(policy_hash := data.get("policyHash"), str):
+                policy_hash = None
+        method = request.method
+        self._last_at = at = at or utc_now_iso()
+        self._audit.append(
+            AuditDraft(
+                turn_id=self.turn_id,
+                step_id=str(request.id),
+                method=method,
+                decision=verdict.decision,
+                reason_codes=list(verdict.reason_code or ()),
+                latency_us=latency_ns // 1000,
+                at=at,
+                rule_id=rule_id,
+                policy_hash=policy_hash,
+            )
+        )
+        observe_step(request, verdict, rule_id, latency_ns, method)
         return verdict
 
     def take_audit(self) -> list[AuditDraft]:

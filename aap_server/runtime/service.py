@@ -124,7 +124,7 @@ class Turn:
         self.mode = mode
         self.queue = TurnEvents()
         # A streamed turn's input is written with its next step (one transaction), or alone
-        # once the model waits first: this is done when it is stored (see `stored`).
+        # once the model waits first: this is done when it is stored (`PendingInput.watch`).
         self._input: asyncio.Future[None] | None = None
 
     async def stored(self) -> None:
@@ -133,18 +133,6 @@ class Turn:
         what fails before: the request is answered with that error, nothing streamed."""
         if self._input is not None:
             await self._input
-
-    def _input_stored(self) -> None:
-        if self._input is not None and not self._input.done():
-            self._input.set_result(None)
-
-    def _input_failed(self, error: BaseException | None) -> None:
-        """The turn ended; its input was never stored (`error` failed its write)."""
-        if self._input is None or self._input.done():
-            return
-        if not isinstance(error, Exception):  # stopped (a timeout, shutdown) before it was
-            error = UnavailableError("the turn stopped before its input was stored; retry")
-        self._input.set_exception(error)
 
     async def events(self) -> AsyncIterator[EngineEvent]:
         await self.stored()
@@ -498,9 +486,8 @@ class AapService:
             if turn.mode == "none":
                 inline = True
             else:
-                if run.input_deferred:
-                    turn._input = asyncio.get_running_loop().create_future()
-                    run.input_stored = turn._input_stored
+                if run.input is not None:
+                    turn._input = run.input.watch()
                 task = asyncio.create_task(self._finish(run, turn, principal, observed, kept))
             running = True
         except BaseException as error:
@@ -573,16 +560,17 @@ class AapService:
     def _keep(self, run: TurnRun, kept: CachedSession | None, completed: bool) -> None:
         """Keep the session as the turn's writes left it, if every one of them committed
         and the turn ended as it should; else forget it (the next turn reads it)."""
-        self.sessions.drop(run.session_id)
         if kept is None or not completed or run.write_failed:
+            self.sessions.drop(run.session_id)
             return
         try:
             for write in run.committed:
                 kept.apply(write)
         except Exception:  # never in the way of ending the turn: the next one reads
             logger.exception("session %s: could not keep it in memory", run.session_id)
+            self.sessions.drop(run.session_id)
             return
-        self.sessions.put(run.session_id, kept)
+        self.sessions.put(run.session_id, kept)  # (in place of any entry)
 
     async def _end_turn(self, principal: Principal, session_id: str, turn_id: str) -> None:
         """Free what a turn holds: its session (here and across replicas), its principal's slot."""
@@ -684,8 +672,8 @@ class AapService:
                 self._keep(run, kept, completed)
                 await self._end_turn(principal, run.session_id, turn.turn_id)
             finally:  # the client's stream ends whatever freeing the turn raised
-                if turn._input is not None:
-                    turn._input_failed(run.input_error)
+                if run.input is not None:
+                    run.input.ended()
                 turn.queue.put_nowait(None)
                 observed.stopped(reason, run.awaiting_permissions, run.usage)
                 observed.leave(observed_token)  # the request's context, when run inline

@@ -24,12 +24,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import msgspec
+
 from aap_server.protocol import HistoryMessage
 from aap_server.store import GuardianMemory, SessionRecord, StepWrite, TurnClaim, TurnSnapshot
-from aap_server.store.codec import ENCODER, decode_history, decode_record, decode_state
+from aap_server.store.codec import ENCODER, decode_record, decode_state
 
 # What an entry costs besides its encoded values (the objects around them), roughly.
 ENTRY_OVERHEAD_BYTES = 512
+
+_HISTORY = msgspec.json.Decoder(list[HistoryMessage])  # as `codec.decode_history` reads them
 
 
 def _memory_bytes(memory: GuardianMemory | None) -> int:
@@ -40,9 +44,17 @@ def _memory_bytes(memory: GuardianMemory | None) -> int:
 
 def _as_stored(messages: list[HistoryMessage]) -> tuple[list[HistoryMessage], int]:
     """The messages as the store gives them back (encoded, then decoded: the same values a
-    read would return, sharing nothing with the writer's objects), and their encoded bytes."""
-    rows = [(ENCODER.encode(message),) for message in messages]
-    return decode_history(rows), sum(len(row[0]) for row in rows)
+    read would return, sharing nothing with the writer's objects), and their encoded bytes
+    (each message's, as stored: the list's less its brackets and commas)."""
+    if not messages:
+        return [], 0
+    encoded = ENCODER.encode(messages)
+    return _HISTORY.decode(encoded), len(encoded) - 1 - len(messages)
+
+
+def _history_bytes(messages: list[HistoryMessage]) -> int:
+    """The messages' encoded bytes, each as stored (see `_as_stored`)."""
+    return len(ENCODER.encode(messages)) - 1 - len(messages) if messages else 0
 
 
 @dataclass(slots=True)
@@ -56,6 +68,7 @@ class CachedSession:
     version: int | None  # None: the store is not shared, no version is read
     history_bytes: int
     state_bytes: int
+    memory_bytes: int = 0  # of `guardian_memory`, kept in step with it
 
     @classmethod
     def of(cls, snapshot: TurnSnapshot, version: int | None) -> CachedSession:
@@ -68,18 +81,14 @@ class CachedSession:
             state=state,
             guardian_memory=snapshot.guardian_memory,
             version=version,
-            history_bytes=len(ENCODER.encode(snapshot.compacted)),
+            history_bytes=_history_bytes(snapshot.compacted),
             state_bytes=sum(map(len, state.values())),
+            memory_bytes=_memory_bytes(snapshot.guardian_memory),
         )
 
     @property
     def size(self) -> int:
-        return (
-            ENTRY_OVERHEAD_BYTES
-            + self.history_bytes
-            + self.state_bytes
-            + _memory_bytes(self.guardian_memory)
-        )
+        return ENTRY_OVERHEAD_BYTES + self.history_bytes + self.state_bytes + self.memory_bytes
 
     def snapshot(self) -> TurnSnapshot:
         """What `load_turn` would return, in objects the turn may change."""
@@ -109,19 +118,25 @@ class CachedSession:
             # The store refuses a drop of more than there is: a commit that succeeded had them.
             replacement, _ = _as_stored(compaction.replacement)
             self.compacted[: compaction.drop] = replacement
-            self.history_bytes = len(ENCODER.encode(self.compacted))
+            self.history_bytes = _history_bytes(self.compacted)
         if write.compacted:
             added, size = _as_stored(write.compacted)
-            self.compacted.extend(added)
+            self.compacted += added
             self.history_bytes += size
-        for key, value in (write.state or {}).items():
-            encoded = ENCODER.encode(value)
-            self.state_bytes += len(encoded) - len(self.state.get(key, b""))
-            self.state[key] = encoded
+        if write.state:
+            for key, value in write.state.items():
+                encoded = ENCODER.encode(value)
+                self.state_bytes += len(encoded) - len(self.state.get(key, b""))
+                self.state[key] = encoded
         memory = write.guardian_memory
         if memory is not None:
             before = self.guardian_memory
-            after = memory if before is None else before.then(memory)
+            grown = sum(map(len, memory.records))
+            if before is None or memory.snapshot is not None:
+                after, self.memory_bytes = memory, len(memory.snapshot or b"") + grown
+            else:
+                after = before.then(memory)
+                self.memory_bytes += grown
             empty = after.snapshot is None and not after.records
             self.guardian_memory = None if empty else after
         if self.version is not None:
@@ -134,7 +149,8 @@ class SessionCache:
     def __init__(self, max_sessions: int, max_bytes: int) -> None:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, CachedSession] = OrderedDict()
+        # Each entry with its size as counted in `bytes` when it was put.
+        self._entries: OrderedDict[str, tuple[CachedSession, int]] = OrderedDict()
         self.bytes = 0
         # Turns that started from an entry / read their session (for tests and metrics).
         self.hits = 0
@@ -148,22 +164,24 @@ class SessionCache:
 
     def kept_for(self, session_id: str, owner: str) -> bool:
         """Whether `owner`'s session is kept (another owner's is not theirs to be told of)."""
-        entry = self._entries.get(session_id)
-        return entry is not None and entry.record.owner == owner
+        kept = self._entries.get(session_id)
+        return kept is not None and kept[0].record.owner == owner
 
     def get(self, session_id: str) -> CachedSession | None:
         """The entry kept for the session, if any (as it is, not taken: for inspection)."""
-        return self._entries.get(session_id)
+        kept = self._entries.get(session_id)
+        return None if kept is None else kept[0]
 
     def take(self, session_id: str, owner: str, claim: TurnClaim) -> CachedSession | None:
         """The session's entry, taken out for the turn of `owner` that `claim`ed it, if it
         is still current: always when only this process writes the store, else when the
         stored version is the entry's. A stale entry is dropped; another owner's stays."""
-        entry = self._entries.get(session_id)
-        if entry is None or entry.record.owner != owner:
+        kept = self._entries.get(session_id)
+        if kept is None or kept[0].record.owner != owner:
             self.misses += 1
             return None
-        self.drop(session_id)
+        entry, size = self._entries.pop(session_id)
+        self.bytes -= size
         if claim.shared and (claim.version is None or claim.version != entry.version):
             self.misses += 1
             return None
@@ -176,13 +194,13 @@ class SessionCache:
         size = entry.size
         if not self.max_sessions or size > self.max_bytes:
             return
-        self._entries[session_id] = entry
+        self._entries[session_id] = (entry, size)
         self.bytes += size
         while len(self._entries) > self.max_sessions or self.bytes > self.max_bytes:
-            _, oldest = self._entries.popitem(last=False)
-            self.bytes -= oldest.size
+            _, (_, oldest) = self._entries.popitem(last=False)
+            self.bytes -= oldest
 
     def drop(self, session_id: str) -> None:
-        entry = self._entries.pop(session_id, None)
-        if entry is not None:
-            self.bytes -= entry.size
+        kept = self._entries.pop(session_id, None)
+        if kept is not None:
+            self.bytes -= kept[1]

@@ -62,6 +62,7 @@ from aap_server.runtime.checks import (
     refuses_input,
     step_factory,
 )
+from aap_server.runtime.errors import UnavailableError
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.guarded_context import GuardedResources, GuardedToolContext, TurnState
 from aap_server.runtime.principal import Principal
@@ -92,6 +93,57 @@ class _Stop(Exception):
 
     def __init__(self, reason: StopReason) -> None:
         self.reason = reason
+
+
+class PendingInput:
+    """The turn's input write while it waits for the turn's next write, to be committed with
+    it (one transaction, one hop fewer); nothing of the turn is acknowledged before it is
+    (README "Benchmarks": durability). A stream waits for it (`watch`), and a model that waits
+    before the turn's next write has it written alone meanwhile (`TurnRun.finish`)."""
+
+    __slots__ = ("_stored", "error", "flushing", "held")
+
+    def __init__(self, write: StepWrite) -> None:
+        self.held: StepWrite | None = write  # no commit has taken it yet
+        self.flushing: asyncio.Future[None] | None = None  # its commit alone, under way
+        self.error: BaseException | None = None  # what failed the commit that held it
+        self._stored: asyncio.Future[None] | None = None  # see `watch`
+
+    @property
+    def waiting(self) -> bool:
+        """Not yet handed to a commit that the turn has awaited."""
+        return self.held is not None or self.flushing is not None
+
+    @property
+    def watched(self) -> bool:
+        return self._stored is not None
+
+    def take(self) -> StepWrite | None:
+        """The held write, for a commit that takes it (merged, or first)."""
+        held, self.held = self.held, None
+        return held
+
+    def watch(self) -> asyncio.Future[None]:
+        """Done once the input is committed; once the turn has ended without that, failed
+        with what failed its commit (see `ended`)."""
+        if self._stored is None:
+            self._stored = asyncio.get_running_loop().create_future()
+        return self._stored
+
+    def committed(self) -> None:
+        stored = self._stored
+        if stored is not None and not stored.done():
+            stored.set_result(None)
+
+    def ended(self) -> None:
+        """The turn ended (and freed its session): a watcher still waiting is told why."""
+        stored = self._stored
+        if stored is None or stored.done():
+            return
+        error = self.error
+        if not isinstance(error, Exception):  # stopped (a timeout, shutdown) before it was
+            error = UnavailableError("the turn stopped before its input was stored; retry")
+        stored.set_exception(error)
 
 
 class TurnRun:
@@ -141,16 +193,7 @@ class TurnRun:
         # goes with the turn's next one (one transaction, one hop fewer), still committed
         # before anything is acknowledged (README "Benchmarks": durability).
         self._defer_input = defer_input
-        self._deferred: StepWrite | None = None
-        # In a streamed turn the input's write is deferred too; its stream waits for that
-        # write (`input_stored`), and a model that waits before it writes has it written
-        # alone meanwhile (`_flush_input`, in `_flushing`). Once a write held the input and
-        # failed, `input_error` is what failed it.
-        self.input_deferred = False
-        self._input_unwritten = False  # deferred, and no write has taken it yet
-        self.input_stored: Callable[[], None] | None = None
-        self.input_error: BaseException | None = None
-        self._flushing: asyncio.Future[None] | None = None
+        self.input: PendingInput | None = None  # the input's write, once deferred
         # Where a delta screen's work waits for the stream's reader (`TurnEvents.defer`): a
         # model's burst of deltas is screened once, as one (`Streamed`).
         self._defer_screening = defer
@@ -213,7 +256,7 @@ class TurnRun:
         """Run the rest of the turn; emits `turn_stop` exactly once, whatever happens, and
         returns its stop reason."""
         reason: StopReason = "error"
-        if self.input_deferred and self.input_stored is not None:
+        if self.input is not None and self.input.watched:
             # Runs once this task first waits: if the model waits before the turn's next
             # write, the input is written alone meanwhile (its stream waits for it).
             asyncio.get_running_loop().call_soon(self._flush_input)
@@ -588,50 +631,48 @@ class TurnRun:
         export goes with it (a record of the step's changes, now and then a whole one), so a
         restart forgets no taint, count or placeholder. A `defer`red write is held and
         committed with the next one (or by `flush_audit` at the turn's end)."""
-        if self._flushing is not None:
-            flushing, self._flushing = self._flushing, None
+        pending = self.input
+        if pending is not None and pending.flushing is not None:
+            flushing, pending.flushing = pending.flushing, None
             await flushing  # in order; a step whose input was not stored is not stored
         exported = self.guardian.export_session(self.session_id)
         if exported is not None:
             memory = GuardianMemory.written(*exported)
             write = msgspec.structs.replace(write, guardian_memory=memory)
             self.checks.remember(exported.record, exported.whole)
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None:
-            if deferred.compaction is not None and write.compaction is not None:
-                await self._commit_write(deferred)
+        held = pending.take() if pending is not None else None
+        if held is not None:
+            if held.compaction is not None and write.compaction is not None:
+                await self._commit_write(held, holds_input=True)
+                held = None
             else:
-                write = merged(deferred, write)
+                write = merged(held, write)
         if defer:
-            self._deferred = write
-            self._input_unwritten = True
-            self.input_deferred = True
+            self.input = PendingInput(write)
             return
-        await self._commit_write(write)
+        await self._commit_write(write, holds_input=held is not None)
 
     def _flush_input(self) -> None:
         """The turn's task waits with the input still deferred: write it now, alone."""
-        write, self._deferred = self._deferred, None
-        if write is not None:
-            self._flushing = asyncio.ensure_future(self._commit_write(write))
+        pending = self.input
+        write = pending.take() if pending is not None else None
+        if pending is not None and write is not None:
+            pending.flushing = asyncio.ensure_future(self._commit_write(write, holds_input=True))
 
-    async def _commit_write(self, write: StepWrite) -> None:
-        # (the first write after the input was deferred holds it: merged, or written first)
-        holds_input = self._input_unwritten
-        if holds_input:
-            self._input_unwritten = False
+    async def _commit_write(self, write: StepWrite, *, holds_input: bool = False) -> None:
+        """Commit `write`; `holds_input`: it is the first to hold the deferred input."""
         try:
             await self.store.commit(self.session_id, write)
         except BaseException as error:
             self.write_failed = True
-            if holds_input:
-                self.input_error = error
+            if holds_input and self.input is not None:
+                self.input.error = error
             if write.guardian_memory is not None:  # the stored records miss this one now
                 self.guardian.memory_not_stored(self.session_id)
             raise
         self.committed.append(write)
-        if holds_input and self.input_stored is not None:
-            self.input_stored()
+        if holds_input and self.input is not None:
+            self.input.committed()
 
     async def _close_open_message(self) -> None:
         """The turn ended with an assistant message still open (its calls were hidden): the
@@ -650,7 +691,7 @@ class TurnRun:
     async def flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
         audit = self.checks.take_audit()
-        if not audit and self._deferred is None and self._flushing is None:
+        if not audit and (self.input is None or not self.input.waiting):
             return
         try:
             await self._store(StepWrite(audit=audit))

@@ -98,14 +98,16 @@ class Observer:
         verdict: aos.AosSuccessResult,
         rule_id: str | None,
         latency_ns: int,
+        method: str | None = None,
     ) -> None:
+        """`method`: the request's, if the caller has it (else read from `request`)."""
         self.steps += 1
-        self.telemetry.metrics.step_checked(
-            request.method, verdict.decision, rule_id or "", latency_ns / 1e9
+        telemetry = self.telemetry
+        telemetry.metrics.step_checked(
+            method or request.method, verdict.decision, rule_id or "", latency_ns / 1e9
         )
-        tracer = self.telemetry.tracer
-        if tracer is not None:
-            self._step_span(tracer, request, verdict, rule_id, latency_ns)
+        if telemetry.tracer is not None:
+            self._step_span(telemetry.tracer, request, verdict, rule_id, latency_ns)
 
     def _step_span(
         self,
@@ -164,11 +166,12 @@ def observe_step(
     verdict: aos.AosSuccessResult,
     rule_id: str | None,
     latency_ns: int,
+    method: str | None = None,
 ) -> None:
     """Report a guardian check that just ended to the observer in scope (if any)."""
     observer = _observer.get()
     if observer is not None:
-        observer.step(request, verdict, rule_id, latency_ns)
+        observer.step(request, verdict, rule_id, latency_ns, method)
 
 
 class TurnObservation(Observer):

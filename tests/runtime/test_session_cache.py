@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aap_server.protocol import AgentConfig, AssistantMessage, ToolSpec, UserMessage
-from aap_server.runtime.session_cache import CachedSession, SessionCache
+from aap_server.runtime.session_cache import ENTRY_OVERHEAD_BYTES, CachedSession, SessionCache
 from aap_server.store import (
     Compaction,
     GuardianMemory,
@@ -20,6 +20,7 @@ from aap_server.store import (
     StepWrite,
     TurnClaim,
 )
+from aap_server.store.codec import ENCODER
 
 
 def random_step(rng: random.Random, compacted: int, number: int) -> StepWrite:
@@ -71,6 +72,36 @@ async def test_the_copy_after_any_steps_is_what_the_store_reads(tmp_path: Path, 
             kept.apply(step)
             assert kept.snapshot() == await store.load_turn("sess_1", "alice"), number
             assert kept.version == number + 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_an_entrys_size_is_what_it_holds_as_stored_after_any_steps(
+    tmp_path: Path, seed: int
+) -> None:
+    """Its bytes are kept up to date step by step (not summed again per turn): they must stay
+    the stored bytes of its messages, state and guardian memory, whatever the steps."""
+    rng = random.Random(seed)
+    store = SqliteSessionStore(str(tmp_path / "s.db"))
+    await store.open()
+    try:
+        record = SessionRecord(session_id="sess_1", owner="alice", agent=AgentConfig(name="echo"))
+        await store.create_session(record, [UserMessage(content="seed"), UserMessage(content="x")])
+        loaded = await store.load_turn("sess_1", "alice")
+        assert loaded is not None
+        kept = CachedSession.of(loaded, 0)
+        for number in range(60):
+            step = random_step(rng, len(kept.compacted), number)
+            await store.commit("sess_1", step)
+            kept.apply(step)
+            memory = kept.guardian_memory or GuardianMemory()
+            held = [
+                sum(len(ENCODER.encode(message)) for message in kept.compacted),
+                sum(map(len, kept.state.values())),
+                len(memory.snapshot or b"") + sum(map(len, memory.records)),
+            ]
+            assert kept.size == ENTRY_OVERHEAD_BYTES + sum(held), number
     finally:
         await store.close()
 
