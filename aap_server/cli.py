@@ -23,6 +23,9 @@ from aap_server.runtime.loading import AgentLoadError
 from aap_server.store.select import is_postgres
 
 if TYPE_CHECKING:
+    import uvicorn
+    from litestar import Litestar
+
     from aap_server.agent import Agent
     from aap_server.guardian.policy import Policy
 
@@ -167,6 +170,25 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+def uvicorn_config(app: Litestar, settings: Settings) -> uvicorn.Config:
+    """How `serve` runs `app` under uvicorn (tests/e2e/test_one_write.py serves with it)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is
+        # left is connections finishing their last bytes.
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
+        access_log=False,  # ours has the request id (api/observability.py)
+        log_config=None,  # keep the one format configure_logging set up
+        # httptools: api/one_write.py answers a turn in one write on its response cycle.
+        http="httptools",
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     # The count resolved once (0: one per core): each worker's app sees how many there are.
@@ -194,8 +216,6 @@ def serve(args: argparse.Namespace) -> int:
     if decision.message:
         logger.warning(decision.message)
 
-    import uvicorn
-
     from aap_server.api import create_app
     from aap_server.api.drain import DrainingServer
 
@@ -210,18 +230,7 @@ def serve(args: argparse.Namespace) -> int:
         except TracingError as error:
             raise ConfigError(str(error)) from error
         tune_gc()
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level.lower(),
-            # Turns have drained by the time uvicorn shuts down (see api/drain.py): what is
-            # left is connections finishing their last bytes.
-            timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_seconds)),
-            access_log=False,  # ours has the request id (api/observability.py)
-            log_config=None,  # keep the one format configure_logging set up
-        )
-        DrainingServer(config, app.state.drain).run(sockets)
+        DrainingServer(uvicorn_config(app, settings), app.state.drain).run(sockets)
 
     workers = settings.workers
     if workers == 1:

@@ -13,6 +13,7 @@ from litestar.exceptions import HTTPException, SerializationException, Validatio
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import Send
 
+from aap_server.api.one_write import header_lines, write_whole
 from aap_server.protocol import ErrorDetail, ErrorResponse
 from aap_server.runtime import (
     AapError,
@@ -70,7 +71,11 @@ def error_response(
 async def send_response(
     send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> None:
-    """A whole response straight on the ASGI `send`, for the layers in front of Litestar."""
+    """A whole response straight on the ASGI `send`, for the layers in front of Litestar: in
+    one write where the server allows (api/one_write.py). Header names in lower case."""
+    lines = header_lines(headers)
+    if lines is not None and await write_whole(send, status, lines, body):
+        return
     headers = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -39,19 +39,33 @@ _EVENT_STREAM = b"text/event-stream"
 class Observed:
     """One request being answered: its id, the response header echoing it, its span."""
 
-    __slots__ = ("echoed", "method", "path", "request_id", "span", "span_token", "started", "token")
+    __slots__ = (
+        "echoed",
+        "method",
+        "request_id",
+        "scope",
+        "span",
+        "span_token",
+        "started",
+        "token",
+    )
 
     def __init__(self, scope: HTTPScope, started: float, request_id: str) -> None:
         self.started = started
         self.request_id = request_id
         self.echoed = (b"x-request-id", request_id.encode("ascii"))
         self.method: str = scope["method"]
-        # Still percent-encoded: a logged path cannot hold a line break or a quote.
-        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        self.path = path.split("?", 1)[0][:_MAX_LOGGED_PATH]  # the query may hold cursors
+        self.scope = scope
         self.span: Any = None  # an OpenTelemetry span, when tracing is on
         self.span_token: object = None
         self.token: Token[RequestContext | None] | None = None
+
+    def path(self) -> str:
+        """The path as logged and traced (made only when a log line or a span needs it)."""
+        scope = self.scope
+        # Still percent-encoded: a logged path cannot hold a line break or a quote.
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        return path.split("?", 1)[0][:_MAX_LOGGED_PATH]  # the query may hold cursors
 
 
 class Observability:
@@ -65,12 +79,17 @@ class Observability:
         incoming = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
-                incoming = value.decode("latin-1")
-        observed = Observed(scope, started, request_id_from(incoming))
+                incoming = value
+        return self.begin_with(scope, started, incoming)
+
+    def begin_with(self, scope: HTTPScope, started: float, incoming: bytes | None) -> Observed:
+        """`begin`, the client's X-Request-ID header (the last one sent) read already."""
+        sent = None if incoming is None else incoming.decode("latin-1")
+        observed = Observed(scope, started, request_id_from(sent))
         tracer = self.telemetry.tracer
         if tracer is not None:
             observed.span, observed.span_token = start_request_span(
-                tracer, observed.method, observed.path, scope["headers"], observed.request_id
+                tracer, observed.method, observed.path(), scope["headers"], observed.request_id
             )
         observed.token = current_request.set(RequestContext(observed.request_id, observed.span))
         return observed
@@ -78,13 +97,14 @@ class Observability:
     def end(self, observed: Observed, scope: Scope, status: int) -> None:
         """The request answered with `status`: its metrics, log line and span."""
         seconds = time.perf_counter() - observed.started
-        method, path = observed.method, observed.path
+        method = observed.method
         # Litestar (or the lean turn route) writes the matched route's template into the scope.
         template = scope.get("path_template") or None
         route = template or UNROUTED
         label = method if method in _METHODS else "other"
         self.metrics.request_answered(label, route, str(status), seconds)
         if access_log.isEnabledFor(logging.INFO):  # else skip building its fields
+            path = observed.path()
             access_log.info(
                 "%s %s %d %.1fms",
                 method,

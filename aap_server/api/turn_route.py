@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from litestar import Request, Response
@@ -34,6 +34,7 @@ from aap_server.api.auth import Authenticator
 from aap_server.api.drain import Drain
 from aap_server.api.errors import EXCEPTION_HANDLERS, send_response
 from aap_server.api.observability import Observability
+from aap_server.api.one_write import write_whole
 from aap_server.api.sse import STREAM_HEADERS, TurnStream
 from aap_server.config import Settings
 from aap_server.protocol import PostSessionTurnRequest
@@ -44,6 +45,7 @@ from aap_server.runtime.views import delta_events, message_events, none_answer
 TEMPLATE = "/sessions/{session_id}/turns"  # the route's label in metrics and spans
 _TURN_PATH = re.compile(r"/sessions/([^/]+)/turns")
 _JSON = (b"content-type", b"application/json")
+_JSON_LINE = b"content-type: application/json\r\n"
 _decoder = msgspec.json.Decoder(PostSessionTurnRequest)
 _encoder = msgspec.json.Encoder()
 
@@ -82,7 +84,7 @@ class TurnRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         match = None
-        if scope["type"] == ScopeType.HTTP and scope.get("method") == "POST":
+        if scope["type"] == ScopeType.HTTP and scope["method"] == "POST":
             path, root = scope["path"], scope.get("root_path", "")
             # Only what `BasePathMount` (behind this layer) lets through, read as Litestar
             # reads it after that layer added the base path to the root path.
@@ -94,14 +96,23 @@ class TurnRoute:
             match is None
             or scope["type"] != ScopeType.HTTP  # (known already: it tells the type checker)
             or self.drain.draining
-            or (self.cors and _header(scope, b"origin"))
         ):
+            await self.app(scope, receive, send)
+            return
+        # The headers read once. One sent twice (which one counts?) is the declared route's
+        # to read, as is an `Origin` when CORS is on.
+        raw_headers = cast("list[tuple[bytes, bytes]]", scope["headers"])  # a list (ASGI)
+        headers = dict(raw_headers)
+        if len(headers) != len(raw_headers) or (self.cors and b"origin" in headers):
             await self.app(scope, receive, send)
             return
         read: list[ReceiveMessage] = []  # what was taken from `receive`, for a replay
         try:
-            principal = self.authenticator.principal(_header(scope, b"authorization"))
-            body = await self._body(scope, receive, read)
+            authorization = headers.get(b"authorization")
+            principal = self.authenticator.principal(
+                None if authorization is None else authorization.decode("latin-1")
+            )
+            body = await self._body(headers.get(b"content-length"), receive, read)
             # A JSON value takes a byte at least: a body no longer than the cap is within it.
             if len(body) > self.max_json_values and not await json_values_within(
                 body, self.max_json_values
@@ -112,7 +123,7 @@ class TurnRoute:
             await self.app(scope, _replaying(read, receive), send)
             return
         scope["path_template"] = TEMPLATE
-        observed = self.observability.begin(scope, started)
+        observed = self.observability.begin_with(scope, started, headers.get(b"x-request-id"))
         status = 500  # if answering fails before the response starts
         try:
             try:
@@ -121,7 +132,9 @@ class TurnRoute:
                 if turn.mode == "none":
                     body = _encoder.encode(await none_answer(turn.queue))
                     status = 200
-                    await send_response(send, 200, [_JSON, observed.echoed], body)
+                    lines = b"%sx-request-id: %s\r\n" % (_JSON_LINE, observed.echoed[1])
+                    if not await write_whole(send, 200, lines, body):
+                        await send_response(send, 200, [_JSON, observed.echoed], body)
                     return
                 await turn.stored()  # nothing streams before the input is stored
             except Exception as error:
@@ -144,8 +157,10 @@ class TurnRoute:
         finally:
             self.observability.end(observed, scope, status)
 
-    async def _body(self, scope: Scope, receive: Receive, read: list[ReceiveMessage]) -> bytes:
-        length = _header(scope, b"content-length")
+    async def _body(
+        self, length: bytes | None, receive: Receive, read: list[ReceiveMessage]
+    ) -> bytes:
+        """The body, by `receive`; `length`: its Content-Length header, if sent."""
         if length is not None and not (length.isascii() and length.isdigit()):
             raise _Declined
         if length is not None and int(length) > self.max_body:
@@ -184,13 +199,6 @@ class TurnRoute:
         status = response.status_code or 500
         await send_response(send, status, headers, response.content)
         return status
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
 
 
 def _replaying(read: list[ReceiveMessage], receive: Receive) -> Receive:

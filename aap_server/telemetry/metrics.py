@@ -117,16 +117,17 @@ class Metrics:
     def __init__(self, version: str) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
-        self.requests = HotCounter(
-            "aap_http_requests",
-            "HTTP requests answered, by method, route template and status",
-            ["method", "route", "status"],
-        )
         self.request_seconds = HotHistogram(
             "aap_http_request_duration_seconds",
             "Time to answer an HTTP request (a stream: until it ends), by route and status",
             ["method", "route", "status"],
             Histogram.DEFAULT_BUCKETS[:-1],
+        )
+        # Every answered request has its duration observed: counted from those.
+        self.requests = CountOf(
+            "aap_http_requests",
+            "HTTP requests answered, by method, route template and status",
+            self.request_seconds,
         )
         self.turns = HotCounter(
             "aap_turns",
@@ -186,9 +187,7 @@ class Metrics:
         info.labels(version=version).set(1)
 
     def request_answered(self, method: str, route: str, status: str, seconds: float) -> None:
-        labels = (method, route, status)
-        self.requests.inc(labels)
-        self.request_seconds.observe(labels, seconds)
+        self.request_seconds.observe((method, route, status), seconds)  # counted in `requests`
 
     def turn_stopped(self, agent: str, stop_reason: str, seconds: float) -> None:
         self.turns.inc((agent, stop_reason))

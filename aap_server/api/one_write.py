@@ -1,0 +1,96 @@
+"""A whole response (status line, headers, body) in one `transport.write`, for the responses
+the layers in front of Litestar answer themselves (a `none` turn's answer, its errors, CORS
+preflights).
+
+Through ASGI such a response is two `send` calls, and uvicorn's `send` checks every header
+with two regular expressions, lower-cases it, parses our content-length back into an int and
+makes two `write` system calls: per `none` turn that was more Python than the rest of the
+HTTP layer together (bench/http_turn.py). When `send` is the response cycle of uvicorn's
+httptools protocol (what `aap-server serve` runs), the response is written here, and the
+cycle completed as its `send` completes it: the same bytes, keep-alive, `Connection: close`,
+write flow control, a client that went away, the next pipelined request started. Any other
+server (or uvicorn's h11 protocol, or an ASGI `send` wrapped by a layer) gets the two
+messages as before. tests/e2e/test_one_write.py fails if a turn's answer stops leaving in
+one write under the uvicorn versions pyproject.toml allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+# Headers whose meaning uvicorn's `send` acts on (framing, keep-alive): a response with one
+# of them takes that path.
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+
+
+def header_lines(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+    """`headers` (names in lower case) as the lines `write_whole` takes; None for a header
+    uvicorn's `send` would act on or refuse (that response takes its path)."""
+    lines: list[bytes] = []
+    for name, value in headers:
+        if name in _FRAMING or HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+            return None
+        lines += (name, b": ", value, b"\r\n")
+    return b"".join(lines)
+
+
+class _Defaults:
+    """uvicorn's default headers (`date`, `server`) as lines, encoded again only when uvicorn
+    replaces its list (each second, for the date)."""
+
+    source: list[tuple[bytes, bytes]] | None = None
+    lines = b""
+
+
+async def write_whole(send: object, status: int, lines: bytes, body: bytes) -> bool:
+    """Write the response on `send`'s connection in one write; False (nothing done) when
+    `send` is not uvicorn's httptools response cycle in a state this can complete. `lines`:
+    the response's headers, each `name: value\r\n`, checked (`header_lines`)."""
+    cycle = getattr(send, "__self__", None)
+    if type(cycle) is not RequestResponseCycle or cycle.response_started:
+        return False
+    defaults = cycle.default_headers
+    if defaults is not _Defaults.source:
+        _Defaults.lines = b"".join(b"%s: %s\r\n" % header for header in defaults)
+        _Defaults.source = defaults
+    # HTTP/1.0, the client's `Connection: close` or a shutdown: uvicorn's `send` says so.
+    close = b"" if cycle.keep_alive else b"connection: close\r\n"
+    response = b"%s%s%scontent-length: %d\r\n%s\r\n%s" % (
+        STATUS_LINE[status],
+        _Defaults.lines,
+        lines,
+        len(body),
+        close,
+        body,
+    )
+    if cycle.flow.write_paused and not cycle.disconnected:
+        await cycle.flow.drain()
+    if cycle.disconnected:
+        return True  # as uvicorn's `send`: nothing to write to
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    if cycle.access_log:  # uvicorn's own line, when its access log is on (not by `serve`)
+        scope = cycle.scope
+        cycle.access_logger.info(
+            '%s - "%s %s HTTP/%s" %d',
+            get_client_addr(scope),
+            scope["method"],
+            get_path_with_query_string(scope),
+            scope["http_version"],
+            status,
+        )
+    cycle.transport.write(response)
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()  # keep-alive timer, or the next pipelined request
+    return True

@@ -1,0 +1,221 @@
+"""A `none` turn's answer leaves in one `transport.write` (api/one_write.py), under the uvicorn
+configuration `aap-server serve` runs (cli.uvicorn_config), over raw sockets: and what the
+connection does around it is what uvicorn's own `send` does (keep-alive, pipelining,
+HTTP/1.0, `Connection: close`, `Expect: 100-continue`, a client that goes away).
+
+The server's protocol is uvicorn's httptools protocol with its transport's `write` counted
+(each write still goes out): if a uvicorn upgrade or a wrapped `send` silently sent turns
+back to the two-write path, `test_a_none_turn_is_one_write` fails."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from aap_server.api import create_app
+from aap_server.cli import uvicorn_config
+from aap_server.config import Settings
+from tests.conftest import KEYS, ScriptedGuardian, demo_agents
+
+
+@dataclass
+class Served:
+    port: int
+    writes: list[bytes] = field(default_factory=list)  # every write, every connection
+
+
+@asynccontextmanager
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    settings = msgspec.structs.replace(
+        Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS), log_level="WARNING"
+    )
+    app = create_app(settings, demo_agents(), guardian=ScriptedGuardian())
+    config = uvicorn_config(app, settings)
+    assert config.http == "httptools"
+    config.port = 0
+    writes: list[bytes] = []
+
+    class Counted(HttpToolsProtocol):
+        def connection_made(self, transport: Any) -> None:
+            write = transport.write
+
+            def counted(data: bytes) -> None:
+                writes.append(bytes(data))
+                write(data)
+
+            transport.write = counted
+            super().connection_made(transport)
+
+    config.http = Counted  # uvicorn's httptools protocol, its writes counted
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(10):
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.005)
+    try:
+        yield Served(server.servers[0].sockets[0].getsockname()[1], writes)
+    finally:
+        server.should_exit = True
+        async with asyncio.timeout(30):
+            await task
+
+
+def request(
+    method: str, path: str, body: bytes = b"", *, version: str = "1.1", extra: str = ""
+) -> bytes:
+    head = (
+        f"{method} {path} HTTP/{version}\r\nhost: test\r\nauthorization: Bearer key-alice\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n{extra}\r\n"
+    )
+    return head.encode() + body
+
+
+def turn(text: str) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": text}]}).encode()
+
+
+class Response:
+    def __init__(self, head: bytes, body: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        self.status_line = lines[0]
+        self.headers = [tuple(line.split(": ", 1)) for line in lines[1:]]
+        self.body = body
+
+    def header(self, name: str) -> str | None:
+        values = [value for key, value in self.headers if key.lower() == name]
+        assert len(values) <= 1, self.headers
+        return values[0] if values else None
+
+
+async def read_response(reader: asyncio.StreamReader) -> Response:
+    head = (await reader.readuntil(b"\r\n\r\n"))[:-4]
+    response = Response(head, b"")
+    response.body = await reader.readexactly(int(response.header("content-length") or 0))
+    return response
+
+
+async def new_session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+    writer.write(request("POST", "/sessions", b'{"agent": {"name": "demo"}}'))
+    created = await read_response(reader)
+    assert created.status_line == "HTTP/1.1 201 Created", created.body
+    session_id: str = json.loads(created.body)["sessionId"]
+    return session_id
+
+
+async def test_a_none_turn_is_one_write(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        for text in ("hello", "again, on the same connection"):  # keep-alive
+            before = len(server.writes)
+            body = turn(text)
+            writer.write(request("POST", f"/sessions/{session_id}/turns", body, extra=""))
+            answer = await read_response(reader)
+            assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+            assert len(server.writes) == before + 1, server.writes[before:]
+            assert server.writes[-1].endswith(answer.body)  # status line to body: one write
+            assert answer.header("content-type") == "application/json"
+            assert answer.header("server") == "uvicorn"  # uvicorn's defaults, as before
+            assert answer.header("date") is not None
+            assert answer.header("connection") is None  # kept alive
+            messages = json.loads(answer.body)["messages"]
+            assert messages[-1]["role"] == "assistant", messages
+        # The client's request id is echoed; a refusal of the turn is one write too.
+        before = len(server.writes)
+        writer.write(
+            request("POST", "/sessions/nope/turns", turn("hi"), extra="x-request-id: mine-1\r\n")
+        )
+        missing = await read_response(reader)
+        assert missing.status_line == "HTTP/1.1 404 Not Found", missing.body
+        assert missing.header("x-request-id") == "mine-1"
+        assert json.loads(missing.body)["error"]["code"] == "session_not_found"
+        assert len(server.writes) == before + 1
+        writer.close()
+
+
+async def test_pipelined_turns_are_answered_in_order(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        sessions = [await new_session(reader, writer) for _ in range(3)]
+        # Three turns in one packet: uvicorn starts each once the one before is answered.
+        writer.write(
+            b"".join(
+                request(
+                    "POST",
+                    f"/sessions/{session_id}/turns",
+                    turn(f"number {number}"),
+                    extra=f"x-request-id: pipelined-{number}\r\n",
+                )
+                for number, session_id in enumerate(sessions)
+            )
+        )
+        for number in range(3):
+            answer = await read_response(reader)
+            assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+            assert answer.header("x-request-id") == f"pipelined-{number}"
+            assert f"number {number}" in answer.body.decode()
+        writer.close()
+
+
+async def test_http_1_0_and_connection_close_end_the_connection(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        writer.close()
+        path = f"/sessions/{session_id}/turns"
+        for version, extra in (("1.0", ""), ("1.1", "connection: close\r\n")):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(request("POST", path, turn("bye"), version=version, extra=extra))
+            answer = await read_response(reader)
+            assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+            assert answer.header("connection") == "close"
+            assert await reader.read() == b""  # the server closed it
+            writer.close()
+
+
+async def test_expect_100_continue_gets_its_interim_answer(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        body = turn("after the go-ahead")
+        head = request(
+            "POST", f"/sessions/{session_id}/turns", body, extra="expect: 100-continue\r\n"
+        )
+        writer.write(head[: -len(body)])  # the headers alone, as a client that waits
+        interim = await reader.readuntil(b"\r\n\r\n")
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        answer = await read_response(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        writer.close()
+
+
+async def test_a_client_gone_before_its_answer_leaves_the_server_serving(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        path = f"/sessions/{session_id}/turns"
+        writer.write(request("POST", path, turn("I will not wait")))
+        await writer.drain()
+        writer.close()  # gone before the answer
+        await writer.wait_closed()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        for attempt in range(50):  # the abandoned turn may still hold the session briefly
+            writer.write(request("POST", path, turn("still there?")))
+            answer = await read_response(reader)
+            if answer.status_line != "HTTP/1.1 409 Conflict":
+                break
+            await asyncio.sleep(0.05 * (attempt + 1) / 10)
+        assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        writer.close()
