@@ -50,7 +50,7 @@ import msgspec
 
 from aap_server.guardian.base import MemoryExport
 from aap_server.guardian.detectors import Category, Finding, scan_all
-from aap_server.guardian.detectors.pii import phone_national_numbers
+from aap_server.guardian.detectors.pii import _issuer_accepts, phone_national_numbers
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
     MAX_CALLS,
@@ -321,18 +321,21 @@ def _link_end(text: str, start: int, end: int) -> int:
 
 
 def link_forms(link: str) -> list[str]:
-    """What a link's encoded parts decode to (HTML entities, URL encoding, base64 and hex
-    runs), and what those decode to in turn, `LINK_DECODE_LAYERS` deep: each a new text, in
-    its own case. Linear in the link: entities and URL decoding shorten a text, base64 and
-    hex decode to 3/4 and 1/2 of their runs, so a layer's forms are at most a few times as
-    long as what they were decoded from."""
+    """What a link's encoded parts decode to (HTML entities, URL encoding, `%uXXXX`-style
+    escapes, base64, base32 and hex runs), and what those decode to in turn,
+    `LINK_DECODE_LAYERS` deep: each a new text, in its own case; and what the link's values
+    carry together (`_split_values`) and its digits spelled as words (`_spelled_digits`).
+    Linear in the link: entities, escapes and URL decoding shorten a text, base64, base32 and
+    hex decode to 3/4, 5/8 and 1/2 of their runs, so a layer's forms are at most a few times
+    as long as what they were decoded from."""
     forms: list[str] = []
     seen = {link}
     layer = [link]
     joined = _DIGIT_SEPARATORS.sub(" ", link)
-    if joined != link:  # `/4111/1111/1111/1111.png`: the digits as a detector reads them
-        forms.append(joined)
-        seen.add(joined)
+    for read in (joined, *_split_values(link), *_spelled_digits(link)):
+        if read not in seen:  # `/4111/1111/1111/1111.png`: the digits as a detector reads them
+            forms.append(read)
+            seen.add(read)
     for _ in range(LINK_DECODE_LAYERS):
         decoded = [form for text in layer for form in _link_decodings(text) if form not in seen]
         seen.update(decoded)
@@ -346,26 +349,183 @@ _DIGIT_SEPARATORS = re.compile(r"(?<=[0-9])[/._](?=[0-9])")
 
 # A link's pieces: its path's segments and its query's and fragment's `name=value` pairs.
 _LINK_PIECES = re.compile(r"[^/?#&;]+")
+# A link's value (a path segment, a query's or fragment's value, after its `name=`) that is
+# a number, perhaps in groups (`1111-1111`, `4111%201111`), or a short run of letters and
+# digits with a digit (an IBAN's or a card's group); and runs of such values in a row (two or
+# more numbers, three or more groups), found at C speed: a link's pieces are read one by one
+# in Python only inside such a run.
+_VALUE_NAME = r"(?:[^/?#&;=]*=)?"
+_NUMBER = r"[0-9]+(?:(?:[-. +]|%20)[0-9]+)*"
+_GROUP = r"(?=[A-Za-z]*[0-9])[A-Za-z0-9]{1,8}"
+
+
+def _values_in_a_row(value: str, least: int) -> re.Pattern[str]:
+    one = _VALUE_NAME + value
+    return re.compile(rf"(?<=[/?#&;]){one}(?:[/?#&;]{one}){{{least - 1},}}(?![^/?#&;])")
+
+
+_NUMBER_RUN = _values_in_a_row(_NUMBER, 2)
+_GROUP_RUN = _values_in_a_row(_GROUP, 3)
+_NOT_DIGIT = re.compile(r"%20|[^0-9]")
+# A card's lengths (`detectors.pii`), an SSN's, and how many joins of a link's numbers are
+# handed to the detectors at most (one found masks the whole link).
+_CARD_LENGTHS = range(12, 20)
+_SSN_DIGITS = 9
+_MAX_JOINED_NUMBERS = 4
+
+
+def _values(run: str) -> list[str]:
+    return [piece.rpartition("=")[2] for piece in _LINK_PIECES.findall(run)]
+
+
+def _split_values(link: str) -> Iterator[str]:
+    """What a value split across a link's values reads as (`?a=4111&b=1111&c=1111&d=1111`,
+    `/4111/1111#1111-1111`): each run of three or more short values of letters and digits,
+    spaced (an IBAN in groups, `?a=DE89&b=3704&…`); and the numbers of two or more values in
+    a row that are numbers, joined, where the join could be a card (its issuer's length and
+    its Luhn digit: the checks of `detectors.pii`, so no other join is handed on) or, in a
+    link that names an SSN, an SSN. Values that carry letters are not joined into numbers
+    (`v2`, `item4567` are ids). Linear: a join ends within 19 digits of where it starts."""
+    if sum(map(link.count, string.digits)) < _SSN_DIGITS:
+        return  # (too few digits to carry a card, an SSN or an IBAN: counted at C speed)
+    spaced = [" ".join(_values(run[0])) for run in _GROUP_RUN.finditer(link)]
+    if spaced:
+        yield "\n".join(spaced)
+    names_ssn = "ssn" in link.lower()
+    found = 0
+    for run in _NUMBER_RUN.finditer(link):
+        numbers = [_NOT_DIGIT.sub("", value) for value in _values(run[0])]
+        if sum(map(len, numbers)) < _SSN_DIGITS:
+            continue
+        for joined in _joined_numbers(numbers, names_ssn):
+            yield joined
+            found += 1
+            if found == _MAX_JOINED_NUMBERS:
+                return
+
+
+# A digit's Luhn double (the digit doubled, its digits summed).
+_LUHN_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
+
+
+def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
+    """The joins of two or more consecutive numbers of a run that could be a card (or, if
+    `names_ssn`, an SSN), each with its Luhn sum taken from running sums of the run's digits
+    (so a join costs the same however long: the run's digits are read once)."""
+    digits = "".join(run)
+    plain = list(map(int, digits))
+    # Luhn doubles every other digit from the last: a join ending at an even offset doubles
+    # the digits at even offsets, one ending at an odd offset those at odd ones.
+    doubled_even, doubled_odd = plain[:], plain[:]
+    doubled_even[0::2] = [_LUHN_DOUBLED[d] for d in plain[0::2]]
+    doubled_odd[1::2] = [_LUHN_DOUBLED[d] for d in plain[1::2]]
+    sums = (
+        list(itertools.accumulate(doubled_even, initial=0)),
+        list(itertools.accumulate(doubled_odd, initial=0)),
+    )
+    bounds = list(itertools.accumulate(map(len, run), initial=0))
+    longest, shortest = _CARD_LENGTHS[-1], _SSN_DIGITS if names_ssn else _CARD_LENGTHS[0]
+    for first in range(len(run) - 1):
+        start = bounds[first]
+        # (from the first join long enough)
+        for last in range(bisect.bisect_left(bounds, start + shortest, first + 2), len(bounds)):
+            end = bounds[last]
+            length = end - start
+            if length > longest:
+                break
+            if length in _CARD_LENGTHS:
+                running = sums[end % 2]
+                if (running[end] - running[start]) % 10 == 0 and _issuer_accepts(digits[start:end]):
+                    yield digits[start:end]
+            elif names_ssn and length == _SSN_DIGITS:
+                yield f"SSN {digits[start:end]}"
+
+
+# Digits spelled as English words, nine or more in a row (a card's or an SSN's).
+_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+_DIGIT_WORD = "(?:" + "|".join(_DIGIT_WORDS) + ")"
+_SPELLED = re.compile(rf"(?<![a-z]){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)+{_DIGIT_WORD}){{8,}}(?![a-z])")
+_DIGIT_WORD_RE = re.compile(_DIGIT_WORD)
+_WORD_SEPARATORS = "-+_.,% \t\n"
+_DIGIT_OF = {word: str(digit) for digit, word in enumerate(_DIGIT_WORDS)}
+
+
+def _spelled_digits(link: str) -> Iterator[str]:
+    """The digits a link spells as words (`four-one-one-one-…`), as digits."""
+    if sum(map(link.count, _WORD_SEPARATORS)) < 8:
+        return  # (nine words need eight separators: counted at C speed)
+    for spelled in _SPELLED.finditer(link.lower()):
+        yield "".join(_DIGIT_OF[w] for w in _DIGIT_WORD_RE.findall(spelled[0]))
+
+
+# `%uXXXX` (JavaScript's old `escape`), `\uXXXX` (JSON, JavaScript), `\xXX`.
+_ESCAPE = re.compile(r"(?:%[uU]|\\[uU])([0-9a-fA-F]{4})|\\[xX]([0-9a-fA-F]{2})")
+# URL decoding is repeated on a piece this many times over at most (`%252534…`).
+_URL_DECODE_ROUNDS = 4
+
+
+def _unescaped(found: re.Match[str]) -> str:
+    code = int(found[1] or found[2], 16)
+    return "\ufffd" if 0xD800 <= code < 0xE000 else chr(code)  # (no lone surrogate)
 
 
 def _link_decodings(text: str) -> Iterator[str]:
     """What a text (a link, or what part of one decoded to) decodes to, one layer: the whole
-    of it with HTML entities read; each of its pieces with a `%` or `+` URL-decoded (a pair
-    keeps its name, `ssn=078-05-1120`, as context for the detectors); its base64 and hex
-    runs decoded."""
+    of it with HTML entities read, and with `%uXXXX`, `\\uXXXX` and `\\xXX` escapes read;
+    each of its pieces with a `%` or `+` URL-decoded (a pair keeps its name,
+    `ssn=078-05-1120`, as context for the detectors), and decoded again while `%` escapes
+    remain (`_URL_DECODE_ROUNDS`); its base64, base32 and hex runs decoded."""
     if "&#" in text or ("&" in text and ";" in text):
         # `&#52;&#49;…`, `&commat;`: a browser reads an attribute's entities.
         yield html.unescape(text)
+    if "\\" in text or "%u" in text or "%U" in text:
+        unescaped = _ESCAPE.sub(_unescaped, text)
+        if unescaped != text:
+            yield unescaped
     if "%" in text or "+" in text:
         for piece in _LINK_PIECES.findall(text):
             if "%" in piece or "+" in piece:
-                yield urllib.parse.unquote_plus(piece)
+                unquoted = urllib.parse.unquote_plus(piece)
+                yield unquoted
                 if "%" in piece and "+" in piece:
                     yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
-    for data in _decoded_runs(text, text.encode("utf-8", "surrogatepass"), in_link=True):
+                for _ in range(_URL_DECODE_ROUNDS):
+                    if "%" not in unquoted:
+                        break
+                    again = urllib.parse.unquote(unquoted)
+                    if again == unquoted:
+                        break
+                    unquoted = again
+                else:
+                    continue
+                yield unquoted
+    encoded = text.encode("utf-8", "surrogatepass")
+    for data in itertools.chain(
+        _decoded_runs(text, encoded, in_link=True), _base32_runs(text, encoded)
+    ):
         decoded = _as_text(data)
         if decoded is not None:
             yield decoded
+
+
+# A base32 run (RFC 4648's alphabet, in one case: a mix of cases is base64's), and the lengths
+# an unpadded run may have.
+_B32_RUN = re.compile(r"[A-Z2-7]{16,}=*|[a-z2-7]{16,}=*")
+_B32_TAILS = frozenset({0, 2, 4, 5, 7})
+
+
+def _base32_runs(text: str, data: bytes) -> Iterator[bytes]:
+    """What the base32 runs of a text decode to; `data` is the text as UTF-8."""
+    if _LONG_B32_RUN not in data.translate(_B32_MARKS):
+        return  # (searched only where a long enough run of its characters is, as base64's)
+    for run in _B32_RUN.findall(text):
+        body = run.rstrip("=")
+        if len(body) % 8 not in _B32_TAILS:
+            body = body[:-1]  # (a run that ran into one letter more)
+            if len(body) % 8 not in _B32_TAILS:
+                continue
+        with contextlib.suppress(binascii.Error, ValueError):
+            yield base64.b32decode(body + "=" * (-len(body) % 8), casefold=True)
 
 
 # Printable ASCII and the white space of text, as bytes to delete (what is left is binary).
@@ -495,6 +655,8 @@ _B64_MARKS = _marks(string.ascii_letters.encode() + string.digits.encode() + b"+
 _HEX_MARKS = _marks(string.hexdigits.encode())
 _LONG_B64_RUN = b"1" * 16
 _LONG_HEX_RUN = b"1" * 16
+_B32_MARKS = _marks(string.ascii_letters.encode() + b"234567")
+_LONG_B32_RUN = b"1" * 16
 
 
 def window_prints(forms: Iterable[bytes]) -> set[int]:

@@ -67,8 +67,9 @@ class Held:
     def finish(self) -> None:
         """The message was allowed: nothing to let out (no one reads deltas)."""
 
-    def finish_as(self, modified: str) -> None:
+    def finish_as(self, modified: str) -> str:
         """The message was modified: nothing left, so nothing to correct."""
+        return modified
 
 
 class Streamed:
@@ -201,16 +202,21 @@ class Streamed:
             self._unscreened = []
         self._send(self._new(rest))
 
-    def finish_as(self, modified: str) -> None:
-        """The message was modified: send the rest of the modified text, if what already left
-        is its beginning (a screen that released text should have caught what gets modified)."""
+    def finish_as(self, modified: str) -> str:
+        """The message was modified: send the rest of the modified text, and return the text
+        the client's fold now holds (what the history stores as shown).
+
+        What already left cannot be unsent. Where it is the modified text's beginning, the
+        rest follows. Where a change reaches back into it (a finding spanning text the client
+        holds, `sent` by an earlier response, and this one's), the rest is sent as modified
+        from the first change on: the part of the finding already sent stays, the rest of it
+        is masked, and the rest of the reply follows."""
         # Never sent: the modified text replaces it.
         self.after, self._waiting, self._unscreened = None, [], []
-        sent = "".join(self.released)
-        if modified.startswith(sent):
-            self._send(modified[len(sent) :])
-        else:
-            logger.warning("modified agent text differs from text already streamed")
+        released = "".join(self.released)
+        original = released + self.whole[self._released_length :]
+        self._send(modified[_unsent_at(original, modified, len(released)) :])
+        return "".join(self.released)
 
     def _new(self, released: str) -> str:
         """What the screen let out, without the part of `sent` the client already holds."""
@@ -235,3 +241,30 @@ class Streamed:
             self.released.append(text)
             self._released_length += len(text)
             self.emit(self.event(delta=text))
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters `a` and `b` share at their start (halving: C-speed compares)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _unsent_at(original: str, modified: str, released: int) -> int:
+    """Where in `modified` (the message check's rewrite of `original`) the text to send
+    starts, when `original[:released]` already left."""
+    first_change = _common_prefix(original, modified)
+    if first_change >= released or len(modified) == len(original):
+        # What left is the modified text's beginning, or the changes kept every character's
+        # place (a mask as long as what it hides): the rest is the modified text's rest.
+        return released
+    unsent = len(original) - released
+    # The changes all fall in text already sent: the unsent text is as the model wrote it.
+    if _common_prefix(original[::-1], modified[::-1]) >= unsent:
+        return len(modified) - unsent
+    return first_change  # a change spans what left and what did not: all of it from there

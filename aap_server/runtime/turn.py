@@ -470,10 +470,10 @@ class TurnRun:
                     modified if isinstance(modified, list) else [TextContentBlock(text=modified)]
                 )
                 new_thinking, new_text = _texts_of(parts)
-                # (with text left open, the model's view of this response is the whole message)
-                blocks = said = message_blocks(new_thinking, new_text)
-                thinking.finish_as(new_thinking)
-                text.finish_as(new_text)
+                # (with text left open, the model's view of this response is the whole message;
+                # the history shows what the client holds: text already sent stays)
+                blocks = message_blocks(new_thinking, new_text)
+                said = message_blocks(thinking.finish_as(new_thinking), text.finish_as(new_text))
             else:
                 thinking.finish()
                 text.finish()

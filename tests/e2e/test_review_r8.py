@@ -1,6 +1,8 @@
 """Review r8 (issue 8), end to end with the shipped default policy: a response that continues
 a message left open by a hidden call is checked with the open text, and its delta screen is
-primed with the text already sent."""
+primed with the text already sent. A finding spanning the two is masked from where the client's
+text ends: a `delta` client keeps what it already holds, reads the rest of the reply with the
+continuation's part masked, and its fold is the stored history."""
 
 from __future__ import annotations
 
@@ -23,13 +25,6 @@ from tests.e2e.test_review_r7 import turn_and_history
 
 CARD_START, CARD_END = "4111 1111", " 1111 1111"
 KEY_START, KEY_END = "AKIA", "Z7Q3K5M2N8P4R6T1"
-
-DELTA_LOSES_THE_REST = pytest.mark.xfail(
-    strict=True,
-    reason="the open text was sent whole before the continuation's check; a mask over the "
-    "finding spanning both cannot extend what was sent, so Streamed.finish_as sends nothing "
-    "more: the delta client never sees the rest of the reply, and its fold differs from history",
-)
 
 
 class CardAroundAHiddenCall(TurnModel):
@@ -84,9 +79,7 @@ async def test_a_number_split_around_a_hidden_call_never_reaches_the_client(
     assert whole not in stored
 
 
-@pytest.mark.parametrize(
-    "mode", [pytest.param("delta", marks=DELTA_LOSES_THE_REST), "message", "none"]
-)
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("prefix", ["Your card on file is ", "Größe 😀 — Karte ", ""])
 async def test_the_rest_of_a_masked_continuation_reaches_the_client(
     tmp_path: Path, mode: str, prefix: str
@@ -95,3 +88,4 @@ async def test_the_rest_of_a_masked_continuation_reaches_the_client(
     seen, stored = await _turn(tmp_path, CardAroundAHiddenCall(prefix=prefix), mode)
     assert "Anything else?" in seen
     assert seen.replace("\n", "") == stored
+    assert CARD_END.strip() not in seen
