@@ -225,7 +225,7 @@ def chain_rows(
     rows = []
     for draft in drafts:
         digest = entry_hash(prev_hash, seq, draft)
-        # Field by field, not `**asdict(draft)` (runs on the writer thread: 8.5 -> 5.5 µs a
+        # Field by field, not `**asdict(draft)` (runs on the writer thread: 7.0 -> 4.8 µs CPU a
         # `none` turn's two entries); tests/store check that every draft field is kept.
         entry = AuditEntry(
             seq=seq,

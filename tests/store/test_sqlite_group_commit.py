@@ -575,3 +575,37 @@ async def test_with_workers_the_turn_leases_between_steps_keep_their_rows_in_one
         assert entries == {r.session_id: 2 if r is records[0] else 4 for r in records}
     finally:
         await store.close()
+
+
+async def test_a_step_whose_queued_rows_cannot_be_inserted_fails_alone(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    """A group's log rows go in after its steps ran; if that INSERT fails, the group runs
+    again in savepoints and only the step whose rows do not fit gets the error."""
+    records = [new_record() for _ in range(3)]
+    for record in records:
+        await store.create_session(record, [user("seed")])
+        await store.commit(record.session_id, turn("first"))
+    # Another writer takes the seq the store would give the middle session's next message.
+    with closing(sqlite3.connect(str(tmp_path / "s.db"))) as conn, conn:
+        conn.execute(
+            "INSERT INTO history_full (session_id, seq, message) VALUES (?, 3, x'7b7d')",
+            (records[1].session_id,),
+        )
+    trace = await traced(store)
+
+    outcomes = await while_writer_busy(
+        store, *(store.commit(r.session_id, turn(f"turn {i}")) for i, r in enumerate(records))
+    )
+
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], sqlite3.IntegrityError)
+    assert outcomes[2] is None
+    assert trace.savepoints() == 3  # the pass without them failed at the group's INSERT
+    for i in (0, 2):
+        history = await store.load_history(records[i].session_id, "full")
+        assert texts(history) == ["seed", "first", "first", f"turn {i}", f"turn {i}"]
+    # Nothing of the failed step: its compacted rows, verdicts and memory record are not kept.
+    failed = records[1].session_id
+    assert texts(await store.load_history(failed, "compacted")) == ["seed", "first", "first"]
+    assert len((await store.load_audit(failed, None, 10)).records) == 2
