@@ -350,11 +350,13 @@ def _reads(text: str) -> Iterator[str]:
     """What the detectors read of a link (or of what it decoded to) beyond its decodings: its
     digits apart (`/4111/1111/1111/1111.png`), its values together (`_split_values`), its
     spelled digits (`_spelled_digits`), its IBANs written in lower case."""
+    yield from _spelled_digits(text)
+    if sum(map(text.count, string.digits)) < _FEWEST_DIGITS:
+        return  # (too few digits to carry a card, an SSN, an IBAN or a phone number)
     joined = _DIGIT_SEPARATORS.sub(" ", text)
     if joined != text:
         yield joined
     yield from _split_values(text)
-    yield from _spelled_digits(text)
     yield from (iban.upper() for iban in _LOWER_IBAN.findall(text))
 
 
@@ -381,12 +383,17 @@ def _values_in_a_row(value: str, least: int) -> re.Pattern[str]:
 
 
 _NUMBER_RUN = _values_in_a_row(_NUMBER, 2)
-_GROUP_RUN = _values_in_a_row(_GROUP, 3)
+# Groups in a row from one that opens an IBAN (`DE89`): the search starts only there.
+_GROUP_RUN = re.compile(
+    rf"(?<![^/?#&;=])[A-Za-z]{{2}}[0-9]{{2}}[A-Za-z0-9]{{0,4}}"
+    rf"(?:[/?#&;]{_VALUE_NAME}{_GROUP}){{2,}}(?![^/?#&;])"
+)
 _NOT_DIGIT = re.compile(r"%20|[^0-9]")
 # A card's lengths (`detectors.pii`), an SSN's, and how many joins of a link's numbers are
 # handed to the detectors at most (one found masks the whole link).
 _CARD_LENGTHS = range(12, 20)
 _SSN_DIGITS = 9
+_FEWEST_DIGITS = 7  # (a phone number's: the fewest of the values read; counted at C speed)
 _MAX_JOINED_NUMBERS = 4
 
 
@@ -396,14 +403,12 @@ def _values(run: str) -> list[str]:
 
 def _split_values(link: str) -> Iterator[str]:
     """What a value split across a link's values reads as (`?a=4111&b=1111&c=1111&d=1111`,
-    `/4111/1111#1111-1111`): each run of three or more short values of letters and digits,
-    spaced (an IBAN in groups, `?a=DE89&b=3704&…`); and the numbers of two or more values in
-    a row that are numbers, joined, where the join could be a card (its issuer's length and
-    its Luhn digit: the checks of `detectors.pii`, so no other join is handed on) or, in a
-    link that names an SSN, an SSN. Values that carry letters are not joined into numbers
-    (`v2`, `item4567` are ids). Linear: a join ends within 19 digits of where it starts."""
-    if sum(map(link.count, string.digits)) < _SSN_DIGITS:
-        return  # (too few digits to carry a card, an SSN or an IBAN: counted at C speed)
+    `/4111/1111#1111-1111`): each run of three or more short values of letters and digits
+    from one that opens an IBAN, spaced (`?a=DE89&b=3704&…`); and the numbers of two or more
+    values in a row that are numbers, joined, where the join could be a card (its issuer's
+    length and its Luhn digit: the checks of `detectors.pii`, so no other join is handed on)
+    or, in a link that names an SSN, an SSN. Values that carry letters are not joined into
+    numbers (`v2`, `item4567` are ids). Linear: a join ends within 19 digits of its start."""
     spaced = [" ".join(_values(run[0])) for run in _GROUP_RUN.finditer(link)]
     if spaced:
         yield "\n".join(spaced)
@@ -506,16 +511,14 @@ def _link_decodings(text: str) -> Iterator[str]:
                 yield unquoted
                 if "%" in piece and "+" in piece:
                     yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
+                deeper = unquoted
                 for _ in range(_URL_DECODE_ROUNDS):
-                    if "%" not in unquoted:
+                    again = urllib.parse.unquote(deeper)
+                    if again == deeper:
                         break
-                    again = urllib.parse.unquote(unquoted)
-                    if again == unquoted:
-                        break
-                    unquoted = again
-                else:
-                    continue
-                yield unquoted
+                    deeper = again
+                if deeper != unquoted:
+                    yield deeper
     encoded = text.encode("utf-8", "surrogatepass")
     for data in itertools.chain(
         _decoded_runs(text, encoded, in_link=True), _base32_runs(text, encoded)

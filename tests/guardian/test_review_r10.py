@@ -170,12 +170,21 @@ async def test_a_value_base32_encoded_in_a_path_segment_is_masked() -> None:
         "".join(f"%u00{b:02x}" for b in DIGITS.encode()),  # `escape()`'s old form
         "".join(f"\\x{b:02x}" for b in DIGITS.encode()),
         "".join(f"\\u{b:04X}" for b in CARD.encode()),
-        _quoted(CARD, 3),
-        _quoted(CARD, 4),
+        *(_quoted(CARD, times) for times in range(3, 11)),
     ],
 )
 async def test_a_card_escaped_in_a_link_is_masked(payload: str) -> None:
     assert await _masked(f"{EVIL}?c={payload}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.link_forms URL-decodes 10 times over at most (LINK_DECODE_LAYERS times "
+    "1 + _URL_DECODE_ROUNDS): decoding to the end would cost the link's length once per "
+    "layer, so a link nested deeper is left encoded rather than refused",
+)
+async def test_a_card_url_encoded_eleven_times_in_a_link_is_masked() -> None:
+    assert await _masked(f"{EVIL}?c={_quoted(CARD, 11)}")
 
 
 @pytest.mark.parametrize("joiner", ["-", "+", "_", ".", "%20", ",", ""])
