@@ -373,7 +373,8 @@ _LINK_PIECES = re.compile(r"[^/?#&;]+")
 # more numbers, three or more groups), found at C speed: a link's pieces are read one by one
 # in Python only inside such a run.
 _VALUE_NAME = r"(?:[^/?#&;=]*=)?"
-_NUMBER = r"[0-9]+(?:(?:[-. +]|%20)[0-9]+)*"
+_NUMBER = r"[0-9]+(?:(?:[-. +]|%20)[0-9]+)*(?:\.[A-Za-z][A-Za-z0-9]{0,4})?"  # (`0132.png`)
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,4}\Z")
 _GROUP = r"(?=[A-Za-z]*[0-9])[A-Za-z0-9]{1,8}"
 
 
@@ -404,18 +405,25 @@ def _values(run: str) -> list[str]:
 def _split_values(link: str) -> Iterator[str]:
     """What a value split across a link's values reads as (`?a=4111&b=1111&c=1111&d=1111`,
     `/4111/1111#1111-1111`): each run of three or more short values of letters and digits
-    from one that opens an IBAN, spaced (`?a=DE89&b=3704&…`); and the numbers of two or more
-    values in a row that are numbers, joined, where the join could be a card (its issuer's
-    length and its Luhn digit: the checks of `detectors.pii`, so no other join is handed on)
-    or, in a link that names an SSN, an SSN. Values that carry letters are not joined into
-    numbers (`v2`, `item4567` are ids). Linear: a join ends within 19 digits of its start."""
+    from one that opens an IBAN, spaced (`?a=DE89&b=3704&…`); the numbers of two or more
+    values in a row that are numbers, spaced (a phone number's groups), and joined where the
+    join could be a card (its issuer's length and its Luhn digit: the checks of
+    `detectors.pii`, so no other join is handed on) or, in a link that names an SSN, an SSN.
+    Values that carry letters are not joined into numbers (`v2`, `item4567` are ids).
+    Linear: a join ends within 19 digits of its start."""
     spaced = [" ".join(_values(run[0])) for run in _GROUP_RUN.finditer(link)]
     if spaced:
         yield "\n".join(spaced)
     names_ssn = "ssn" in link.lower()
+    runs = [
+        [_NOT_DIGIT.sub("", _EXTENSION.sub("", value)) for value in _values(run[0])]
+        for run in _NUMBER_RUN.finditer(link)
+    ]
+    runs = [numbers for numbers in runs if sum(map(len, numbers)) >= _FEWEST_DIGITS]
+    if runs:  # (a phone number in groups: `?a=415&b=555&c=0132`)
+        yield "\n".join(" ".join(numbers) for numbers in runs)
     found = 0
-    for run in _NUMBER_RUN.finditer(link):
-        numbers = [_NOT_DIGIT.sub("", value) for value in _values(run[0])]
+    for numbers in runs:
         if sum(map(len, numbers)) < _SSN_DIGITS:
             continue
         for joined in _joined_numbers(numbers, names_ssn):
