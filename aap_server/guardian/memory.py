@@ -330,22 +330,40 @@ def link_forms(link: str) -> list[str]:
     as long as what they were decoded from."""
     forms: list[str] = []
     seen = {link}
+
+    def keep(found: Iterable[str]) -> list[str]:
+        new = [form for form in dict.fromkeys(found) if form not in seen]
+        seen.update(new)
+        forms.extend(new)
+        return new
+
+    keep(_reads(link))
     layer = [link]
-    joined = _DIGIT_SEPARATORS.sub(" ", link)
-    for read in (joined, *_split_values(link), *_spelled_digits(link)):
-        if read not in seen:  # `/4111/1111/1111/1111.png`: the digits as a detector reads them
-            forms.append(read)
-            seen.add(read)
-    for _ in range(LINK_DECODE_LAYERS):
-        decoded = [form for text in layer for form in _link_decodings(text) if form not in seen]
-        seen.update(decoded)
-        forms += dict.fromkeys(decoded)
-        layer = list(dict.fromkeys(decoded))
+    for depth in range(LINK_DECODE_LAYERS):
+        layer = keep(form for text in layer for form in _link_decodings(text))
+        if depth == 0:  # (`%2F`, `&amp;`, `%26` between a link's values: read once decoded)
+            keep(read for text in layer for read in _reads(text))
     return forms
 
 
+def _reads(text: str) -> Iterator[str]:
+    """What the detectors read of a link (or of what it decoded to) beyond its decodings: its
+    digits apart (`/4111/1111/1111/1111.png`), its values together (`_split_values`), its
+    spelled digits (`_spelled_digits`), its IBANs written in lower case."""
+    yield from _spelled_digits(text)
+    if sum(map(text.count, string.digits)) < _FEWEST_DIGITS:
+        return  # (too few digits to carry a card, an SSN, an IBAN or a phone number)
+    joined = _DIGIT_SEPARATORS.sub(" ", text)
+    if joined != text:
+        yield joined
+    yield from _split_values(text)
+    yield from (iban.upper() for iban in _LOWER_IBAN.findall(text))
+
+
+# An IBAN in lower case (the detector reads them as written: in capitals).
+_LOWER_IBAN = re.compile(r"(?<![a-z0-9])[a-z]{2}[0-9]{2}[a-z0-9]{11,30}(?![a-z0-9])")
 # A path's, a number's or a name's separator between digits.
-_DIGIT_SEPARATORS = re.compile(r"(?<=[0-9])[/._](?=[0-9])")
+_DIGIT_SEPARATORS = re.compile(r"(?<=[0-9])[/._,:](?=[0-9])")
 
 # A link's pieces: its path's segments and its query's and fragment's `name=value` pairs.
 _LINK_PIECES = re.compile(r"[^/?#&;]+")
@@ -355,22 +373,28 @@ _LINK_PIECES = re.compile(r"[^/?#&;]+")
 # more numbers, three or more groups), found at C speed: a link's pieces are read one by one
 # in Python only inside such a run.
 _VALUE_NAME = r"(?:[^/?#&;=]*=)?"
-_NUMBER = r"[0-9]+(?:(?:[-. +]|%20)[0-9]+)*"
+_NUMBER = r"[0-9]+(?:(?:[-. +]|%20)[0-9]+)*(?:\.[A-Za-z][A-Za-z0-9]{0,4})?"  # (`0132.png`)
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,4}\Z")
 _GROUP = r"(?=[A-Za-z]*[0-9])[A-Za-z0-9]{1,8}"
 
 
 def _values_in_a_row(value: str, least: int) -> re.Pattern[str]:
     one = _VALUE_NAME + value
-    return re.compile(rf"(?<=[/?#&;]){one}(?:[/?#&;]{one}){{{least - 1},}}(?![^/?#&;])")
+    return re.compile(rf"(?<![^/?#&;=]){one}(?:[/?#&;]{one}){{{least - 1},}}(?![^/?#&;])")
 
 
 _NUMBER_RUN = _values_in_a_row(_NUMBER, 2)
-_GROUP_RUN = _values_in_a_row(_GROUP, 3)
+# Groups in a row from one that opens an IBAN (`DE89`): the search starts only there.
+_GROUP_RUN = re.compile(
+    rf"(?<![^/?#&;=])[A-Za-z]{{2}}[0-9]{{2}}[A-Za-z0-9]{{0,4}}"
+    rf"(?:[/?#&;]{_VALUE_NAME}{_GROUP}){{2,}}(?![^/?#&;])"
+)
 _NOT_DIGIT = re.compile(r"%20|[^0-9]")
 # A card's lengths (`detectors.pii`), an SSN's, and how many joins of a link's numbers are
 # handed to the detectors at most (one found masks the whole link).
 _CARD_LENGTHS = range(12, 20)
 _SSN_DIGITS = 9
+_FEWEST_DIGITS = 7  # (a phone number's: the fewest of the values read; counted at C speed)
 _MAX_JOINED_NUMBERS = 4
 
 
@@ -380,21 +404,26 @@ def _values(run: str) -> list[str]:
 
 def _split_values(link: str) -> Iterator[str]:
     """What a value split across a link's values reads as (`?a=4111&b=1111&c=1111&d=1111`,
-    `/4111/1111#1111-1111`): each run of three or more short values of letters and digits,
-    spaced (an IBAN in groups, `?a=DE89&b=3704&…`); and the numbers of two or more values in
-    a row that are numbers, joined, where the join could be a card (its issuer's length and
-    its Luhn digit: the checks of `detectors.pii`, so no other join is handed on) or, in a
-    link that names an SSN, an SSN. Values that carry letters are not joined into numbers
-    (`v2`, `item4567` are ids). Linear: a join ends within 19 digits of where it starts."""
-    if sum(map(link.count, string.digits)) < _SSN_DIGITS:
-        return  # (too few digits to carry a card, an SSN or an IBAN: counted at C speed)
+    `/4111/1111#1111-1111`): each run of three or more short values of letters and digits
+    from one that opens an IBAN, spaced (`?a=DE89&b=3704&…`); the numbers of two or more
+    values in a row that are numbers, spaced (a phone number's groups), and joined where the
+    join could be a card (its issuer's length and its Luhn digit: the checks of
+    `detectors.pii`, so no other join is handed on) or, in a link that names an SSN, an SSN.
+    Values that carry letters are not joined into numbers (`v2`, `item4567` are ids).
+    Linear: a join ends within 19 digits of its start."""
     spaced = [" ".join(_values(run[0])) for run in _GROUP_RUN.finditer(link)]
     if spaced:
         yield "\n".join(spaced)
     names_ssn = "ssn" in link.lower()
+    runs = [
+        [_NOT_DIGIT.sub("", _EXTENSION.sub("", value)) for value in _values(run[0])]
+        for run in _NUMBER_RUN.finditer(link)
+    ]
+    runs = [numbers for numbers in runs if sum(map(len, numbers)) >= _FEWEST_DIGITS]
+    if runs:  # (a phone number in groups: `?a=415&b=555&c=0132`)
+        yield "\n".join(" ".join(numbers) for numbers in runs)
     found = 0
-    for run in _NUMBER_RUN.finditer(link):
-        numbers = [_NOT_DIGIT.sub("", value) for value in _values(run[0])]
+    for numbers in runs:
         if sum(map(len, numbers)) < _SSN_DIGITS:
             continue
         for joined in _joined_numbers(numbers, names_ssn):
@@ -444,16 +473,17 @@ def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
 # Digits spelled as English words, nine or more in a row (a card's or an SSN's).
 _DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 _DIGIT_WORD = "(?:" + "|".join(_DIGIT_WORDS) + ")"
-_SPELLED = re.compile(rf"(?<![a-z]){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)+{_DIGIT_WORD}){{8,}}(?![a-z])")
+_SPELLED = re.compile(rf"(?<![a-z]){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)*{_DIGIT_WORD}){{8,}}(?![a-z])")
 _DIGIT_WORD_RE = re.compile(_DIGIT_WORD)
 _WORD_SEPARATORS = "-+_.,% \t\n"
+_LONG_LETTERS = re.compile("[A-Za-z]{27}")
 _DIGIT_OF = {word: str(digit) for digit, word in enumerate(_DIGIT_WORDS)}
 
 
 def _spelled_digits(link: str) -> Iterator[str]:
     """The digits a link spells as words (`four-one-one-one-…`), as digits."""
-    if sum(map(link.count, _WORD_SEPARATORS)) < 8:
-        return  # (nine words need eight separators: counted at C speed)
+    if sum(map(link.count, _WORD_SEPARATORS)) < 8 and not _LONG_LETTERS.search(link):
+        return  # (nine words need eight separators, or are 27 letters in a row)
     for spelled in _SPELLED.finditer(link.lower()):
         yield "".join(_DIGIT_OF[w] for w in _DIGIT_WORD_RE.findall(spelled[0]))
 
@@ -489,16 +519,14 @@ def _link_decodings(text: str) -> Iterator[str]:
                 yield unquoted
                 if "%" in piece and "+" in piece:
                     yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
+                deeper = unquoted
                 for _ in range(_URL_DECODE_ROUNDS):
-                    if "%" not in unquoted:
+                    again = urllib.parse.unquote(deeper)
+                    if again == deeper:
                         break
-                    again = urllib.parse.unquote(unquoted)
-                    if again == unquoted:
-                        break
-                    unquoted = again
-                else:
-                    continue
-                yield unquoted
+                    deeper = again
+                if deeper != unquoted:
+                    yield deeper
     encoded = text.encode("utf-8", "surrogatepass")
     for data in itertools.chain(
         _decoded_runs(text, encoded, in_link=True), _base32_runs(text, encoded)

