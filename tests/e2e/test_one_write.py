@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -219,3 +221,33 @@ async def test_a_client_gone_before_its_answer_leaves_the_server_serving(tmp_pat
             await asyncio.sleep(0.05 * (attempt + 1) / 10)
         assert answer.status_line == "HTTP/1.1 200 OK", answer.body
         writer.close()
+
+
+async def test_proxy_headers_from_a_trusted_address_still_name_the_client(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`serve` has uvicorn's proxy-headers layer behind its turn route (turn_route.served):
+    a turn or any request relayed by a trusted proxy (loopback, uvicorn's default) is still
+    logged with the client the proxy names, and one without the headers with its address."""
+    caplog.set_level(logging.INFO, logger="aap_server.access")
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        path = f"/sessions/{session_id}/turns"
+        relayed = "x-forwarded-for: 203.0.113.7\r\nx-forwarded-proto: https\r\n"
+        for method, target, body, extra in (
+            ("POST", path, turn("relayed"), relayed),
+            ("GET", "/meta", b"", relayed),
+            ("POST", path, turn("direct"), ""),
+        ):
+            writer.write(request(method, target, body, extra=extra))
+            answer = await read_response(reader)
+            assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        writer.close()
+    lines = [r for r in caplog.records if r.name == "aap_server.access"]
+    clients = [(r.method, r.route, r.client.split(":")[0]) for r in lines[-3:]]  # type: ignore[attr-defined]
+    assert clients == [
+        ("POST", "/sessions/{session_id}/turns", "203.0.113.7"),
+        ("GET", "/meta", "203.0.113.7"),
+        ("POST", "/sessions/{session_id}/turns", "127.0.0.1"),
+    ]
