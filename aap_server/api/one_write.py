@@ -50,31 +50,32 @@ class _Defaults:
     lines = b""
 
 
-async def write_whole(send: object, status: int, lines: bytes, body: bytes) -> bool:
-    """Write the response on `send`'s connection in one write; False (nothing done) when
-    `send` is not uvicorn's httptools response cycle in a state this can complete. `lines`:
-    the response's headers, each `name: value\r\n`, checked (`header_lines`)."""
+def _cycle(send: object) -> RequestResponseCycle | None:
+    """uvicorn's httptools response cycle behind `send`, if it has not started a response."""
     cycle = getattr(send, "__self__", None)
     if type(cycle) is not RequestResponseCycle or cycle.response_started:
-        return False
+        return None
+    return cycle
+
+
+def _head(cycle: RequestResponseCycle, status: int, lines: bytes, trailing: bytes) -> bytes:
+    """The status line and headers as uvicorn's `send` writes them: its defaults, `lines`,
+    `connection: close` if the connection is not kept, then `trailing`."""
     defaults = cycle.default_headers
     if defaults is not _Defaults.source:
         _Defaults.lines = b"".join(b"%s: %s\r\n" % header for header in defaults)
         _Defaults.source = defaults
     # HTTP/1.0, the client's `Connection: close` or a shutdown: uvicorn's `send` says so.
     close = b"" if cycle.keep_alive else b"connection: close\r\n"
-    response = b"%s%s%scontent-length: %d\r\n%s\r\n%s" % (
-        STATUS_LINE[status],
-        _Defaults.lines,
-        lines,
-        len(body),
-        close,
-        body,
-    )
+    return b"%s%s%s%s%s\r\n" % (STATUS_LINE[status], _Defaults.lines, lines, close, trailing)
+
+
+async def _started(cycle: RequestResponseCycle, status: int) -> bool:
+    """Mark the response started, as uvicorn's `send` does; False if the client is gone."""
     if cycle.flow.write_paused and not cycle.disconnected:
         await cycle.flow.drain()
     if cycle.disconnected:
-        return True  # as uvicorn's `send`: nothing to write to
+        return False  # as uvicorn's `send`: nothing to write to
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
     if cycle.access_log:  # uvicorn's own line, when its access log is on (not by `serve`)
@@ -87,10 +88,41 @@ async def write_whole(send: object, status: int, lines: bytes, body: bytes) -> b
             scope["http_version"],
             status,
         )
+    return True
+
+
+async def write_whole(send: object, status: int, lines: bytes, body: bytes) -> bool:
+    """Write the response on `send`'s connection in one write; False (nothing done) when
+    `send` is not uvicorn's httptools response cycle in a state this can complete. `lines`:
+    the response's headers, each `name: value\r\n`, checked (`header_lines`)."""
+    cycle = _cycle(send)
+    if cycle is None:
+        return False
+    length = b"content-length: %d\r\n" % len(body)
+    response = _head(cycle, status, lines + length, b"") + body
+    if not await _started(cycle, status):
+        return True
     cycle.transport.write(response)
     cycle.response_complete = True
     cycle.message_event.set()
     if not cycle.keep_alive:
         cycle.transport.close()
     cycle.on_response()  # keep-alive timer, or the next pipelined request
+    return True
+
+
+async def write_stream_head(send: object, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Start a streamed 200 response (chunked: its length is not known) in one write, as
+    uvicorn's `send` starts one (whose body it then writes); False (nothing done) as
+    `write_whole`. `headers`: ours, valid, in lower case, none that frames the body or
+    closes the connection (`connection: keep-alive` is said as uvicorn says it)."""
+    cycle = _cycle(send)
+    if cycle is None:
+        return False
+    lines = b"".join([b"%s: %s\r\n" % header for header in headers])
+    head = _head(cycle, 200, lines, b"transfer-encoding: chunked\r\n")
+    if await _started(cycle, 200):
+        cycle.chunked_encoding = True
+        cycle.expected_content_length = 0
+        cycle.transport.write(head)
     return True
