@@ -1,17 +1,19 @@
 """A whole response (status line, headers, body) in one `transport.write`, for the responses
-the layers in front of Litestar answer themselves (a `none` turn's answer, its errors, CORS
-preflights).
+the layers in front of Litestar answer themselves (a `none` turn's answer, its errors); and a
+stream's head (api/sse.py) written the same way.
 
 Through ASGI such a response is two `send` calls, and uvicorn's `send` checks every header
 with two regular expressions, lower-cases it, parses our content-length back into an int and
-makes two `write` system calls: per `none` turn that was more Python than the rest of the
-HTTP layer together (bench/http_turn.py). When `send` is the response cycle of uvicorn's
-httptools protocol (what `aap-server serve` runs), the response is written here, and the
-cycle completed as its `send` completes it: the same bytes, keep-alive, `Connection: close`,
-write flow control, a client that went away, the next pipelined request started. Any other
-server (or uvicorn's h11 protocol, or an ASGI `send` wrapped by a layer) gets the two
-messages as before. tests/e2e/test_one_write.py fails if a turn's answer stops leaving in
-one write under the uvicorn versions pyproject.toml allows.
+makes two `write` system calls: per `none` turn that was more Python than the rest of uvicorn
+together (bench/http_turn.py). When `send` is the response cycle of uvicorn's httptools
+protocol (what `aap-server serve` runs), the response is written here and the cycle
+completed as its `send` completes it: the same bytes, keep-alive, `Connection: close`, write
+flow control, a client that went away, uvicorn's access line if it is on, the next pipelined
+request started. Any other server (uvicorn's h11 protocol, an ASGI `send` wrapped by a
+layer) gets the ASGI messages as before. This reads and sets attributes of uvicorn's own
+classes: pyproject.toml pins the uvicorn versions it was tested with, and
+tests/e2e/test_one_write.py fails if a turn's answer stops leaving in one write or a head
+written here differs from the one uvicorn writes.
 """
 
 from __future__ import annotations
@@ -51,9 +53,14 @@ class _Defaults:
 
 
 def _cycle(send: object) -> RequestResponseCycle | None:
-    """uvicorn's httptools response cycle behind `send`, if it has not started a response."""
+    """uvicorn's httptools response cycle behind `send`, if it has not started a response
+    (and the request is not a HEAD)."""
     cycle = getattr(send, "__self__", None)
-    if type(cycle) is not RequestResponseCycle or cycle.response_started:
+    if (
+        type(cycle) is not RequestResponseCycle
+        or cycle.response_started
+        or cycle.scope["method"] == "HEAD"  # its `send` drops the body: left to it
+    ):
         return None
     return cycle
 
