@@ -174,7 +174,9 @@ def uvicorn_config(app: Litestar, settings: Settings) -> uvicorn.Config:
     """How `serve` runs `app` under uvicorn (tests/e2e/test_one_write.py serves with it)."""
     import uvicorn
 
-    return uvicorn.Config(
+    from aap_server.api.turn_route import served
+
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -186,7 +188,10 @@ def uvicorn_config(app: Litestar, settings: Settings) -> uvicorn.Config:
         log_config=None,  # keep the one format configure_logging set up
         # httptools: api/one_write.py answers a turn in one write on its response cycle.
         http="httptools",
+        proxy_headers=False,  # applied by the app `served` gives, with the same trusted hosts
     )
+    config.app = served(app, config.forwarded_allow_ips)
+    return config
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -229,8 +234,9 @@ def serve(args: argparse.Namespace) -> int:
             app = create_app(settings, banner=banner)
         except TracingError as error:
             raise ConfigError(str(error)) from error
+        config = uvicorn_config(app, settings)  # its app frozen with the rest
         tune_gc()
-        DrainingServer(uvicorn_config(app, settings), app.state.drain).run(sockets)
+        DrainingServer(config, app.state.drain).run(sockets)
 
     workers = settings.workers
     if workers == 1:

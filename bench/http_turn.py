@@ -1,7 +1,8 @@
-"""The HTTP side of a `none` turn: Python bytecodes run on the server's event loop per turn,
+"""The HTTP side of a turn: Python bytecodes run on the server's event loop per turn,
 by module, over a real loopback connection (uvicorn, as `aap-server serve` configures it).
 
-    python bench/http_turn.py [--size 96|1024] [--turns 300] [--against main] [--functions N]
+    python bench/http_turn.py [--mode none|delta|message] [--size 96|1024] [--turns 300]
+        [--against main] [--functions N]
 
 The server runs in this process (the bench echo agent, SQLite, the default policy, a key);
 one client thread sends keep-alive `none` turns with raw sockets, one after another. Bytecode
@@ -62,11 +63,20 @@ def _read_response(sock: socket.socket, buffer: bytearray) -> tuple[bytes, bytes
             raise ConnectionError("closed")
         buffer += chunk
     head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
-    length = next(
+    lengths = [
         int(line.split(b":", 1)[1])
         for line in head.split(b"\r\n")
         if line.lower().startswith(b"content-length:")
-    )
+    ]
+    if not lengths:  # chunked (a stream): read to its last chunk
+        while not rest.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            rest += chunk
+        buffer.clear()
+        return head, rest
+    length = lengths[0]
     while len(rest) < length:
         chunk = sock.recv(65536)
         if not chunk:
@@ -101,7 +111,7 @@ def _config(app: Any, settings: Any) -> Any:
     )
 
 
-async def measure(size: int, turns: int) -> dict[str, Any]:
+async def measure(mode: str, size: int, turns: int) -> dict[str, Any]:
     import uvicorn
 
     from aap_server.api import create_app
@@ -128,7 +138,9 @@ async def measure(size: int, turns: int) -> dict[str, Any]:
             await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
         message = SMALL if size < 1024 else LARGE
-        turn = json.dumps({"messages": [{"role": "user", "content": message}]}).encode()
+        turn = json.dumps(
+            {"messages": [{"role": "user", "content": message}], "stream": mode}
+        ).encode()
         loop = asyncio.get_running_loop()
         phases = [asyncio.Event() for _ in range(4)]  # set from the client's thread
         resume = [threading.Event() for _ in range(4)]
@@ -217,6 +229,7 @@ def report(figures: dict[str, dict[str, Any]], functions: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", default="none", choices=["none", "delta", "message"])
     parser.add_argument("--size", type=int, default=96, help="message bytes: 96 or 1024")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--against", help="a git ref to compare with")
@@ -227,7 +240,7 @@ def main() -> None:
         import uvloop  # the loop `aap-server serve` runs on (uvicorn's `loop="auto"`)
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            print(json.dumps(runner.run(measure(arguments.size, arguments.turns))))
+            print(json.dumps(runner.run(measure(arguments.mode, arguments.size, arguments.turns))))
         return
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -238,6 +251,7 @@ def main() -> None:
             trees.append((f"@{arguments.against}", checkout(arguments.against, Path(tmp))))
         for name, root in trees:
             command = [sys.executable, __file__, "--json", f"--size={arguments.size}"]
+            command.append(f"--mode={arguments.mode}")
             command.append(f"--turns={arguments.turns}")
             done = subprocess.run(
                 command,
@@ -247,7 +261,10 @@ def main() -> None:
                 text=True,
             )
             results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"`none` turns over loopback HTTP, {arguments.size} B message, one keep-alive client")
+    print(
+        f"`{arguments.mode}` turns over loopback HTTP, {arguments.size} B message, "
+        "one keep-alive client"
+    )
     report(results, arguments.functions)
 
 

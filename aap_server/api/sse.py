@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from aap_server.api.one_write import write_stream_head
 from aap_server.protocol import SSEEvent, TurnStopEvent
 from aap_server.runtime.events import EngineEvent, TurnEvents
 
@@ -89,7 +90,8 @@ class TurnStream:
                 events.wake()
 
         with self.counted():
-            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+            if not await write_stream_head(send, self.headers):  # one write, where it can be
+                await send({"type": "http.response.start", "status": 200, "headers": self.headers})
             # Watched, and pings timed, only once the stream first waits: a turn whose events
             # are all ready (a model that answered at once) is sent without either.
             departure: _Departure | None = None

@@ -21,14 +21,16 @@ that handle those.
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from typing import Any, cast
 
 import msgspec
-from litestar import Request, Response
+from litestar import Litestar, Request, Response
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from aap_server.api.auth import Authenticator
 from aap_server.api.drain import Drain
@@ -80,6 +82,7 @@ class TurnRoute:
         self.max_json_values = settings.max_json_values_per_request
         self.base_path = settings.base_path
         self.cors = bool(settings.cors_origins)
+        self.litestar: Litestar | None = None  # set on the copy in front of it (`served`)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -103,9 +106,16 @@ class TurnRoute:
         # to read, as is an `Origin` when CORS is on.
         raw_headers = cast("list[tuple[bytes, bytes]]", scope["headers"])  # a list (ASGI)
         headers = dict(raw_headers)
-        if len(headers) != len(raw_headers) or (self.cors and b"origin" in headers):
+        front = self.litestar
+        if (
+            len(headers) != len(raw_headers)
+            or (self.cors and b"origin" in headers)
+            or (front and (b"x-forwarded-for" in headers or b"x-forwarded-proto" in headers))
+        ):
             await self.app(scope, receive, send)
             return
+        if front:  # what `Litestar.__call__` gives a request (the turn's errors read it)
+            scope["app"] = scope["litestar_app"] = front
         read: list[ReceiveMessage] = []  # what was taken from `receive`, for a replay
         try:
             authorization = headers.get(b"authorization")
@@ -199,6 +209,24 @@ class TurnRoute:
         status = response.status_code or 500
         await send_response(send, status, headers, response.content)
         return status
+
+
+def served(litestar: Litestar, forwarded_allow_ips: list[str] | str) -> ASGIApp:
+    """The app uvicorn is to call for `litestar` (uvicorn told `proxy_headers=False`): a copy
+    of its turn route in front of `litestar` itself, so an ordinary turn skips Litestar's
+    entry (`Litestar.__call__`) and uvicorn's proxy-headers layer too. Everything else goes
+    to that layer (with the addresses uvicorn trusts) and on to `litestar`, as does a turn
+    that carries `X-Forwarded-For` or `X-Forwarded-Proto`: the scope's client and scheme
+    stay as that layer makes them."""
+    # uvicorn's own ASGI types, not Litestar's: the same protocol.
+    proxied = cast(ASGIApp, ProxyHeadersMiddleware(litestar, forwarded_allow_ips))  # type: ignore[arg-type]
+    route = litestar.asgi_handler
+    if not isinstance(route, TurnRoute) or litestar.before_send:
+        return proxied
+    front = copy.copy(route)
+    front.app = proxied
+    front.litestar = litestar
+    return front
 
 
 def _replaying(read: list[ReceiveMessage], receive: Receive) -> Receive:

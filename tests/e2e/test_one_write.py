@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -218,4 +220,129 @@ async def test_a_client_gone_before_its_answer_leaves_the_server_serving(tmp_pat
                 break
             await asyncio.sleep(0.05 * (attempt + 1) / 10)
         assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        writer.close()
+
+
+async def test_proxy_headers_from_a_trusted_address_still_name_the_client(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`serve` has uvicorn's proxy-headers layer behind its turn route (turn_route.served):
+    a turn or any request relayed by a trusted proxy (loopback, uvicorn's default) is still
+    logged with the client the proxy names, and one without the headers with its address."""
+    caplog.set_level(logging.INFO, logger="aap_server.access")
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        path = f"/sessions/{session_id}/turns"
+        relayed = "x-forwarded-for: 203.0.113.7\r\nx-forwarded-proto: https\r\n"
+        for method, target, body, extra in (
+            ("POST", path, turn("relayed"), relayed),
+            ("GET", "/meta", b"", relayed),
+            ("POST", path, turn("direct"), ""),
+        ):
+            writer.write(request(method, target, body, extra=extra))
+            answer = await read_response(reader)
+            assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        writer.close()
+    lines = [r for r in caplog.records if r.name == "aap_server.access"]
+    clients = [(r.method, r.route, r.client.split(":")[0]) for r in lines[-3:]]  # type: ignore[attr-defined]
+    assert clients == [
+        ("POST", "/sessions/{session_id}/turns", "203.0.113.7"),
+        ("GET", "/meta", "203.0.113.7"),
+        ("POST", "/sessions/{session_id}/turns", "127.0.0.1"),
+    ]
+
+
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = b""
+    while True:
+        size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+        chunk = await reader.readexactly(size + 2)
+        if size == 0:
+            return body
+        body += chunk[:-2]
+
+
+async def test_a_stream_starts_in_one_write_and_the_connection_is_kept(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        path = f"/sessions/{session_id}/turns"
+        for mode in ("delta", "message"):
+            before = len(server.writes)
+            body = json.dumps(
+                {"messages": [{"role": "user", "content": f"{mode} please"}], "stream": mode}
+            ).encode()
+            writer.write(request("POST", path, body, extra="x-request-id: streamed-1\r\n"))
+            head = Response((await reader.readuntil(b"\r\n\r\n"))[:-4], b"")
+            assert head.status_line == "HTTP/1.1 200 OK"
+            # The whole head in the stream's first write, nothing of the body with it.
+            assert server.writes[before].startswith(b"HTTP/1.1 200 OK\r\n")
+            assert server.writes[before].endswith(b"\r\n\r\n")
+            assert head.header("transfer-encoding") == "chunked"
+            assert head.header("content-type") == "text/event-stream; charset=utf-8"
+            assert head.header("cache-control") == "no-store"
+            assert head.header("x-request-id") == "streamed-1"
+            assert head.header("server") == "uvicorn"
+            events = [
+                line.removeprefix("event: ")
+                for line in (await read_chunked(reader)).decode().split("\r\n")
+                if line.startswith("event: ")
+            ]
+            assert events[-1] == "turn_stop", events
+            assert (mode == "delta") == ("text_delta" in events), events
+        # The connection was kept: a `none` turn on it still answers.
+        writer.write(request("POST", path, turn("and now whole")))
+        answer = await read_response(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        writer.close()
+
+
+async def test_a_stream_over_http_1_0_says_close_and_closes(tmp_path: Path) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": "delta"})
+        path = f"/sessions/{session_id}/turns"
+        writer.write(request("POST", path, body.encode(), version="1.0"))
+        head = Response((await reader.readuntil(b"\r\n\r\n"))[:-4], b"")
+        connection = [value for key, value in head.headers if key == "connection"]
+        assert connection == ["keep-alive", "close"]  # as uvicorn's `send` says it
+        assert b"event: turn_stop" in await read_chunked(reader)
+        assert await reader.read() == b""
+        writer.close()
+
+
+async def test_the_heads_written_in_one_write_are_the_ones_uvicorn_writes(tmp_path: Path) -> None:
+    """The same turn answered on the lean route (one write) and on the declared Litestar route
+    (a header sent twice goes there; uvicorn's own `send` writes it): the same headers."""
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        path = f"/sessions/{session_id}/turns"
+        for mode in ("none", "delta"):
+            body = json.dumps(
+                {"messages": [{"role": "user", "content": "same"}], "stream": mode}
+            ).encode()
+            heads = []
+            for extra in ("", "accept: */*\r\naccept: */*\r\n"):
+                before = len(server.writes)
+                writer.write(request("POST", path, body, extra=extra))
+                head = Response((await reader.readuntil(b"\r\n\r\n"))[:-4], b"")
+                if mode == "none":
+                    await reader.readexactly(int(head.header("content-length") or 0))
+                else:
+                    await read_chunked(reader)
+                one_write = len(server.writes) == before + 1
+                heads.append((head, one_write))
+            (lean, lean_one), (declared, declared_one) = heads
+            assert lean_one or mode != "none"  # the two paths
+            assert not declared_one
+            assert lean.status_line == declared.status_line == "HTTP/1.1 200 OK"
+            varying = {"date", "x-request-id", "content-length"}  # per response
+            assert sorted(h for h in lean.headers if h[0] not in varying) == sorted(
+                h for h in declared.headers if h[0] not in varying
+            ), (lean.headers, declared.headers)
         writer.close()
