@@ -60,14 +60,13 @@ from aap_server.runtime.checks import (
     modified_result,
     needs_human,
     refuses_input,
-    step_factory,
 )
 from aap_server.runtime.errors import UnavailableError
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.guarded_context import GuardedResources, GuardedToolContext, TurnState
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import HostedAgent
-from aap_server.runtime.steps import simplify
+from aap_server.runtime.steps import StepFactory, simplify
 from aap_server.runtime.streamed import Held, Streamed, merge_blocks, message_blocks
 from aap_server.runtime.tool_runs import INTERRUPTED, WITHHELD, ToolRunner
 from aap_server.runtime.validation import answer_of
@@ -183,7 +182,7 @@ class TurnRun:
         self.client_tools = client_tools
         self.config_changed = config_changed
         # Only calls awaiting an answer; answered ones are dropped with the next pending write.
-        self.pending = [call for call in pending if call.awaiting]
+        self.pending = [call for call in pending if call.awaiting] if pending else []
         self.refuse_modified_input = refuse_modified_input
         # No client sees deltas (`none`, `message`): text is only collected (`Held`) and
         # screened once, as the whole message, by its `steps/message` check; the guardian's
@@ -205,8 +204,8 @@ class TurnRun:
         tools = hosted.tool_set(agent_config.tools, client_tools)  # shared: read only
         self.model_tools, self.trust = tools.model_tools, tools.trust
         self.client_tool_names = tools.client_tool_names
-        self.steps = step_factory(
-            tools, session_id=session_id, turn_id=turn_id, principal=principal
+        self.steps = StepFactory(
+            agent=tools.aos_agent, session_id=session_id, turn_id=turn_id, principal=principal
         )
         self.checks = GuardianChecks(
             guardian,
@@ -217,12 +216,7 @@ class TurnRun:
         self.context = compacted
         self.state = TurnState(state, owner=principal.owner)
         self.resources = GuardedResources(self.agent, self.checks, self.steps, self.state)
-        self.tools = ToolRunner(
-            hosted.tools_by_name,
-            GuardedToolContext(self.resources, session_id, self.options),
-            self.checks,
-            self.steps,
-        )
+        self._tools: ToolRunner | None = None  # made when a server tool first runs
         self._refused = False
         # Permission requests the session awaits once the turn stops (for the metrics).
         self.awaiting_permissions = 0
@@ -403,7 +397,7 @@ class TurnRun:
             tools=self.model_tools,
             client_tool_names=self.client_tool_names,
             options=self.options,
-            memory=await self.resources.recall(),
+            memory=await self.resources.recall() if self.agent.memory is not None else [],
         )
         # Deltas leave as the guardian's text screen releases them; the rest once the whole
         # message has passed its `steps/message` check.
@@ -453,7 +447,8 @@ class TurnRun:
             thinking.whole_now()
             text.whole_now()
         blocks = message_blocks(thinking.whole, text.whole)
-        said = merge_blocks(opened + blocks)  # the client's fold of the open message
+        # The client's fold of the open message (this response's alone if none was open).
+        said = merge_blocks(opened + blocks) if opened else blocks
         self._open = []
         if blocks:
             # Checked as the client will see it, with the text left open before it: each kind
@@ -482,7 +477,7 @@ class TurnRun:
             if said:
                 self.emit(AssistantText(blocks=said))
                 shown = AssistantMessage(content=simplify(said))
-                told = AssistantMessage(content=simplify(blocks))
+                told = shown if said is blocks else AssistantMessage(content=simplify(blocks))
                 await self._commit([shown], [told] if blocks else [])
                 self.emit(MessageOut(message=shown))
             return model_stop
@@ -551,6 +546,16 @@ class TurnRun:
             return "tool_use"
         return None
 
+    def _tool_runner(self) -> ToolRunner:
+        if self._tools is None:
+            self._tools = ToolRunner(
+                self.hosted.tools_by_name,
+                GuardedToolContext(self.resources, self.session_id, self.options),
+                self.checks,
+                self.steps,
+            )
+        return self._tools
+
     def _approval_deadline(self) -> float | None:
         timeout = self.approval_timeout_seconds
         return self.clock() + timeout if math.isfinite(timeout) else None
@@ -589,7 +594,7 @@ class TurnRun:
             await self._commit(list(results), list(results), pending=pending)
 
         try:
-            await self.tools.run_all(calls, on_result)
+            await self._tool_runner().run_all(calls, on_result)
         except asyncio.CancelledError:
             done = {result.tool_call_id for result in results}
             for call in calls:
