@@ -632,37 +632,44 @@ class TurnRun:
     # --- writes (each carries the verdicts not yet recorded) --------------------------------
 
     async def _store(self, write: StepWrite, *, defer: bool = False) -> None:
-        """Every write of the turn; what the guardian learned of the session since its last
-        export goes with it (a record of the step's changes, now and then a whole one), so a
-        restart forgets no taint, count or placeholder. A `defer`red write is held and
-        committed with the next one (or by `flush_audit` at the turn's end)."""
+        """Every write of the turn. A `defer`red write is held and committed with the next
+        one (or by `flush_audit` at the turn's end)."""
         pending = self.input
         if pending is not None and pending.flushing is not None:
             flushing, pending.flushing = pending.flushing, None
             await flushing  # in order; a step whose input was not stored is not stored
-        exported = self.guardian.export_session(self.session_id)
-        if exported is not None:
-            memory = GuardianMemory.written(*exported)
-            write = msgspec.structs.replace(write, guardian_memory=memory)
-            self.checks.remember(exported.record, exported.whole)
         held = pending.take() if pending is not None else None
+        if defer:
+            self.input = PendingInput(write if held is None else merged(held, write))
+            return
         if held is not None:
             if held.compaction is not None and write.compaction is not None:
-                await self._commit_write(held, holds_input=True)
+                await self._commit_write(self._with_memory(held), holds_input=True)
                 held = None
             else:
                 write = merged(held, write)
-        if defer:
-            self.input = PendingInput(write)
-            return
-        await self._commit_write(write, holds_input=held is not None)
+        await self._commit_write(self._with_memory(write), holds_input=held is not None)
+
+    def _with_memory(self, write: StepWrite) -> StepWrite:
+        """`write` as committed: with what the guardian learned of the session since its last
+        export (a record of the changes, now and then a whole one), so a restart forgets no
+        taint, count or placeholder. Taken per commit, not per step: a deferred write's
+        learning goes with the commit that holds it, as one record."""
+        exported = self.guardian.export_session(self.session_id)
+        if exported is None:
+            return write
+        self.checks.remember(exported.record, exported.whole)
+        memory = GuardianMemory.written(*exported)
+        return msgspec.structs.replace(write, guardian_memory=memory)
 
     def _flush_input(self) -> None:
         """The turn's task waits with the input still deferred: write it now, alone."""
         pending = self.input
         write = pending.take() if pending is not None else None
         if pending is not None and write is not None:
-            pending.flushing = asyncio.ensure_future(self._commit_write(write, holds_input=True))
+            pending.flushing = asyncio.ensure_future(
+                self._commit_write(self._with_memory(write), holds_input=True)
+            )
 
     async def _commit_write(self, write: StepWrite, *, holds_input: bool = False) -> None:
         """Commit `write`; `holds_input`: it is the first to hold the deferred input."""
