@@ -677,8 +677,8 @@ class AapService:
                 self._keep(run, kept, completed)
                 await self._end_turn(principal, run.session_id, turn.turn_id)
             finally:  # the client's stream ends whatever freeing the turn raised
-                if run.input is not None:
-                    run.input.ended()
+                if turn._input is not None and run.input is not None:
+                    run.input.ended()  # its stream is told, if it still waits
                 turn.queue.put_nowait(None)
                 observed.stopped(reason, run.awaiting_permissions, run.usage)
                 observed.leave(observed_token)  # the request's context, when run inline

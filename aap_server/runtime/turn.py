@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -274,15 +274,26 @@ class TurnRun:
 
     # --- input ------------------------------------------------------------------------------
 
-    def _config_write(self, **fields: Any) -> StepWrite:
+    def _config_write(
+        self,
+        full: list[HistoryMessage],
+        compacted: list[HistoryMessage],
+        pending: list[PendingToolCall] | None,
+        state: dict[str, Any] | None = None,
+    ) -> StepWrite:
         """The input step's write: with it go config overrides and the turn's compaction."""
-        fields.setdefault("compaction", self._compaction)
-        fields.setdefault("audit", self.checks.take_audit())
-        if self.config_changed:
-            fields.setdefault("agent", self.agent_config)
-            fields.setdefault("tools", self.client_tools)
-            fields.setdefault("replace_tools", True)
-        return StepWrite(**fields)
+        changed = self.config_changed
+        return StepWrite(
+            full=full,
+            compacted=compacted,
+            pending=pending,
+            state=state,
+            compaction=self._compaction,
+            audit=self.checks.take_audit(),
+            agent=self.agent_config if changed else None,
+            tools=self.client_tools if changed else None,
+            replace_tools=changed,
+        )
 
     async def _accept_user_messages(self) -> bool:
         # Validation lets user messages in while calls are pending only when every one is a
@@ -296,7 +307,8 @@ class TurnRun:
             ToolMessage(tool_call_id=call.tool_call_id, content=EXPIRED) for call in self.pending
         ]
         resolved: list[PendingToolCall] | None = [] if self.pending else None
-        full = [*expired, *self.messages]
+        # (the messages are user messages here: validation allows no mix)
+        full = cast("list[HistoryMessage]", [*expired, *self.messages])
         accepted = list(expired)
         for message in self.messages:
             assert isinstance(message, UserMessage)
