@@ -239,7 +239,9 @@ class TurnRun:
     async def start(self) -> None:
         """Guard and store the turn's input, then emit `turn_start`. Errors here propagate
         (the API answers them as HTTP errors: nothing has been streamed yet)."""
-        self._compaction = await self._plan_compaction()
+        self._compaction = None
+        if self.agent.compaction is not None:
+            self._compaction = await self._plan_compaction()
         if isinstance(self.messages[0], UserMessage):
             self._refused = not await self._accept_user_messages()
         else:
@@ -267,8 +269,10 @@ class TurnRun:
             logger.exception("turn %s of session %s failed", self.steps.turn_id, self.session_id)
             reason = "error"
         finally:
-            await self._close_open_message()
-            await self.flush_audit()
+            if self._open:
+                await self._close_open_message()
+            if self._unwritten():
+                await self.flush_audit()
             self.emit(TurnStopEvent(stop_reason=reason))
         return reason
 
@@ -712,13 +716,16 @@ class TurnRun:
             logger.exception("could not store the last message of turn %s", self.steps.turn_id)
         self.emit(MessageOut(message=shown))
 
+    def _unwritten(self) -> bool:
+        """Whether verdicts, or the deferred input, wait for a write."""
+        return bool(self.checks.unwritten) or (self.input is not None and self.input.waiting)
+
     async def flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
-        audit = self.checks.take_audit()
-        if not audit and (self.input is None or not self.input.waiting):
+        if not self._unwritten():
             return
         try:
-            await self._store(StepWrite(audit=audit))
+            await self._store(StepWrite(audit=self.checks.take_audit()))
         except Exception:
             logger.exception("could not record the audit trail of turn %s", self.steps.turn_id)
 
