@@ -118,7 +118,7 @@ class GuardianChecks:
         self.memory = memory
         # MCP and A2A requests carry no session: the scope tells the guardian whose they are.
         self._scope = CheckScope(session_id=session_id)
-        self._audit: list[AuditDraft] = []
+        self.unwritten: list[AuditDraft] = []  # verdicts for the next write (`take_audit`)
         self._last_at = ""  # the `at` of the last verdict (ISO 8601 texts sort as times do)
 
     def remember(self, record: bytes, whole: bool) -> None:
@@ -153,7 +153,7 @@ class GuardianChecks:
                 policy_hash = None
         method = request.method
         self._last_at = at = at or utc_now_iso()
-        self._audit.append(
+        self.unwritten.append(
             AuditDraft(
                 turn_id=self.turn_id,
                 step_id=str(request.id),
@@ -171,7 +171,7 @@ class GuardianChecks:
 
     def take_audit(self) -> list[AuditDraft]:
         """The verdicts not yet written, handed over to the write that records them."""
-        drafts, self._audit = self._audit, []
+        drafts, self.unwritten = self.unwritten, []
         return drafts
 
 

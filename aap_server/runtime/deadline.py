@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 
 class TurnDeadline:
@@ -54,9 +55,10 @@ class TurnDeadlines:
         self._timer_at = math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def start(self, seconds: float) -> TurnDeadline:
-        """The deadline, `seconds` from now, of the turn the current task runs."""
-        task = asyncio.current_task()
+    def start(self, seconds: float, task: asyncio.Task[Any] | None = None) -> TurnDeadline:
+        """The deadline, `seconds` from now, of the turn `task` runs (None: the current one)."""
+        if task is None:
+            task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a turn's deadline needs a running task")
         loop = task.get_loop()

@@ -183,8 +183,8 @@ class AapService:
         self._tasks: set[asyncio.Task[Any]] = set()
         # The requests in `start_turn` (an inline `none` turn runs to its end in it).
         self._starting: set[asyncio.Task[Any]] = set()
-        self._none_starting = asyncio.Event()
-        self._none_starting.set()
+        # Set once none is (made by a shutdown that finds some: only they touch it then).
+        self._all_started: asyncio.Event | None = None
         self._deleting: set[str] = set()  # sessions whose DELETE is in progress
         self._accepting = True
         self._shutdown: asyncio.Future[None] | None = None  # see `shutdown`
@@ -404,13 +404,12 @@ class AapService:
         task = asyncio.current_task()
         assert task is not None
         self._starting.add(task)
-        self._none_starting.clear()
         try:
-            return await self._start_turn(principal, session_id, request, trigger)
+            return await self._start_turn(principal, session_id, request, trigger, task)
         finally:
             self._starting.discard(task)
-            if not self._starting:
-                self._none_starting.set()
+            if not self._starting and self._all_started is not None:
+                self._all_started.set()
 
     async def _start_turn(
         self,
@@ -418,7 +417,9 @@ class AapService:
         session_id: str,
         request: PostSessionTurnRequest,
         trigger: Trigger | None,
+        task: asyncio.Task[Any],
     ) -> Turn:
+        """`start_turn` in the request's `task`."""
         options = request.agent.options if request.agent is not None else None
         check_limits(self.limits, request.messages, options, request.tools)
         if session_id in self._active or session_id in self._deleting:
@@ -454,7 +455,8 @@ class AapService:
             observed = self.telemetry.turn_started(
                 hosted.agent, session_id, turn.turn_id, turn.mode
             )
-            with observed.scoped():  # the input's checks are steps of the turn
+            observed_token = observed.enter()  # the input's checks are steps of the turn
+            try:
                 validate_stream_mode(hosted, turn.mode)
                 validate_overrides(hosted, request.agent, request.tools)
                 repaired = await self._repaired(snapshot)
@@ -483,12 +485,14 @@ class AapService:
                         await run.flush_audit()  # the refusal is on the audit trail too
                         raise
                 await run.start()
+            finally:
+                observed.leave(observed_token)
             if turn.mode == "none":
                 inline = True
             else:
                 if run.input is not None:
                     turn._input = run.input.watch()
-                task = asyncio.create_task(self._finish(run, turn, principal, observed, kept))
+                own = asyncio.create_task(self._finish(run, turn, principal, observed, kept))
             running = True
         except BaseException as error:
             if observed is not None:
@@ -506,12 +510,12 @@ class AapService:
         if inline:
             assert fence is not None
             try:
-                await self._run_inline(run, turn, principal, observed, kept)
+                await self._run_inline(run, turn, principal, observed, kept, task)
             finally:
                 turn_fence.reset(fence)
             return turn
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.add(own)
+        own.add_done_callback(self._tasks.discard)
         return turn
 
     async def _run_inline(
@@ -521,19 +525,18 @@ class AapService:
         principal: Principal,
         observed: TurnObservation,
         kept: CachedSession | None,
+        task: asyncio.Task[Any],
     ) -> None:
-        """A `none` turn, run to its end by the request's own task: no client reads its
+        """A `none` turn, run to its end by the request's own `task`: no client reads its
         events before it ends, so a task of its own, a hand-off per event and a wake-up of
         the reader would only cost. The request's task stands for the turn's meanwhile:
         shutdown waits for it and stops it as it would the turn's task, and the turn then
         ends with `turn_stop` `error` as a stopped task's does (the request answers it). A
         hang-up does not stop it (uvicorn does not cancel a request's task when its client
         goes away; any other cancellation stops the turn, stored and freed as at shutdown)."""
-        task = asyncio.current_task()
-        assert task is not None
         self._tasks.add(task)
         try:
-            await self._finish(run, turn, principal, observed, kept)
+            await self._finish(run, turn, principal, observed, kept, task)
         except asyncio.CancelledError:
             if self._accepting or task.uncancel() > 0:
                 raise  # not the shutdown stopping the turn: the cancellation goes on
@@ -650,11 +653,13 @@ class AapService:
         principal: Principal,
         observed: TurnObservation,
         kept: CachedSession | None,
+        task: asyncio.Task[Any] | None = None,
     ) -> None:
+        """The rest of the turn, run by `task` (None: the current one)."""
         observed_token = observed.enter()
         reason: StopReason = "error"  # what `finish` emits when it is cancelled
         completed = False
-        deadline = self._deadlines.start(self.turn_timeout_seconds)
+        deadline = self._deadlines.start(self.turn_timeout_seconds, task)
         try:
             reason = await run.finish()
         except asyncio.CancelledError as error:
@@ -672,8 +677,8 @@ class AapService:
                 self._keep(run, kept, completed)
                 await self._end_turn(principal, run.session_id, turn.turn_id)
             finally:  # the client's stream ends whatever freeing the turn raised
-                if run.input is not None:
-                    run.input.ended()
+                if turn._input is not None and run.input is not None:
+                    run.input.ended()  # its stream is told, if it still waits
                 turn.queue.put_nowait(None)
                 observed.stopped(reason, run.awaiting_permissions, run.usage)
                 observed.leave(observed_token)  # the request's context, when run inline
@@ -691,9 +696,11 @@ class AapService:
         loop = asyncio.get_running_loop()
         ends_at = loop.time() + grace_seconds
         # Turns still starting become running turns (or are refused) first.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(grace_seconds):
-                await self._none_starting.wait()
+        if self._starting:
+            self._all_started = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_seconds):
+                    await self._all_started.wait()
         tasks = set(self._tasks)
         if not tasks:
             return

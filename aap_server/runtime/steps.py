@@ -219,9 +219,7 @@ class StepFactory:
     ) -> None:
         self._agent = agent
         self._session = aos.Session(id=session_id)
-        self._user = aos.User(
-            id=principal.user_id, organization=aos.Organization(id=principal.org_id)
-        )
+        self._user = principal.aos_user
         self.turn_id = turn_id
 
     def _context(self) -> aos.StepContext:

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -60,14 +60,13 @@ from aap_server.runtime.checks import (
     modified_result,
     needs_human,
     refuses_input,
-    step_factory,
 )
 from aap_server.runtime.errors import UnavailableError
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.guarded_context import GuardedResources, GuardedToolContext, TurnState
 from aap_server.runtime.principal import Principal
 from aap_server.runtime.registry import HostedAgent
-from aap_server.runtime.steps import simplify
+from aap_server.runtime.steps import StepFactory, simplify
 from aap_server.runtime.streamed import Held, Streamed, merge_blocks, message_blocks
 from aap_server.runtime.tool_runs import INTERRUPTED, WITHHELD, ToolRunner
 from aap_server.runtime.validation import answer_of
@@ -183,7 +182,7 @@ class TurnRun:
         self.client_tools = client_tools
         self.config_changed = config_changed
         # Only calls awaiting an answer; answered ones are dropped with the next pending write.
-        self.pending = [call for call in pending if call.awaiting]
+        self.pending = [call for call in pending if call.awaiting] if pending else []
         self.refuse_modified_input = refuse_modified_input
         # No client sees deltas (`none`, `message`): text is only collected (`Held`) and
         # screened once, as the whole message, by its `steps/message` check; the guardian's
@@ -205,8 +204,8 @@ class TurnRun:
         tools = hosted.tool_set(agent_config.tools, client_tools)  # shared: read only
         self.model_tools, self.trust = tools.model_tools, tools.trust
         self.client_tool_names = tools.client_tool_names
-        self.steps = step_factory(
-            tools, session_id=session_id, turn_id=turn_id, principal=principal
+        self.steps = StepFactory(
+            agent=tools.aos_agent, session_id=session_id, turn_id=turn_id, principal=principal
         )
         self.checks = GuardianChecks(
             guardian,
@@ -217,12 +216,7 @@ class TurnRun:
         self.context = compacted
         self.state = TurnState(state, owner=principal.owner)
         self.resources = GuardedResources(self.agent, self.checks, self.steps, self.state)
-        self.tools = ToolRunner(
-            hosted.tools_by_name,
-            GuardedToolContext(self.resources, session_id, self.options),
-            self.checks,
-            self.steps,
-        )
+        self._tools: ToolRunner | None = None  # made when a server tool first runs
         self._refused = False
         # Permission requests the session awaits once the turn stops (for the metrics).
         self.awaiting_permissions = 0
@@ -245,7 +239,9 @@ class TurnRun:
     async def start(self) -> None:
         """Guard and store the turn's input, then emit `turn_start`. Errors here propagate
         (the API answers them as HTTP errors: nothing has been streamed yet)."""
-        self._compaction = await self._plan_compaction()
+        self._compaction = None
+        if self.agent.compaction is not None:
+            self._compaction = await self._plan_compaction()
         if isinstance(self.messages[0], UserMessage):
             self._refused = not await self._accept_user_messages()
         else:
@@ -273,22 +269,35 @@ class TurnRun:
             logger.exception("turn %s of session %s failed", self.steps.turn_id, self.session_id)
             reason = "error"
         finally:
-            await self._close_open_message()
-            await self.flush_audit()
+            if self._open:
+                await self._close_open_message()
+            if self._unwritten():
+                await self.flush_audit()
             self.emit(TurnStopEvent(stop_reason=reason))
         return reason
 
     # --- input ------------------------------------------------------------------------------
 
-    def _config_write(self, **fields: Any) -> StepWrite:
+    def _config_write(
+        self,
+        full: list[HistoryMessage],
+        compacted: list[HistoryMessage],
+        pending: list[PendingToolCall] | None,
+        state: dict[str, Any] | None = None,
+    ) -> StepWrite:
         """The input step's write: with it go config overrides and the turn's compaction."""
-        fields.setdefault("compaction", self._compaction)
-        fields.setdefault("audit", self.checks.take_audit())
-        if self.config_changed:
-            fields.setdefault("agent", self.agent_config)
-            fields.setdefault("tools", self.client_tools)
-            fields.setdefault("replace_tools", True)
-        return StepWrite(**fields)
+        changed = self.config_changed
+        return StepWrite(
+            full=full,
+            compacted=compacted,
+            pending=pending,
+            state=state,
+            compaction=self._compaction,
+            audit=self.checks.take_audit(),
+            agent=self.agent_config if changed else None,
+            tools=self.client_tools if changed else None,
+            replace_tools=changed,
+        )
 
     async def _accept_user_messages(self) -> bool:
         # Validation lets user messages in while calls are pending only when every one is a
@@ -302,7 +311,8 @@ class TurnRun:
             ToolMessage(tool_call_id=call.tool_call_id, content=EXPIRED) for call in self.pending
         ]
         resolved: list[PendingToolCall] | None = [] if self.pending else None
-        full = [*expired, *self.messages]
+        # (the messages are user messages here: validation allows no mix)
+        full = cast("list[HistoryMessage]", [*expired, *self.messages])
         accepted = list(expired)
         for message in self.messages:
             assert isinstance(message, UserMessage)
@@ -403,7 +413,7 @@ class TurnRun:
             tools=self.model_tools,
             client_tool_names=self.client_tool_names,
             options=self.options,
-            memory=await self.resources.recall(),
+            memory=await self.resources.recall() if self.agent.memory is not None else [],
         )
         # Deltas leave as the guardian's text screen releases them; the rest once the whole
         # message has passed its `steps/message` check.
@@ -453,7 +463,8 @@ class TurnRun:
             thinking.whole_now()
             text.whole_now()
         blocks = message_blocks(thinking.whole, text.whole)
-        said = merge_blocks(opened + blocks)  # the client's fold of the open message
+        # The client's fold of the open message (this response's alone if none was open).
+        said = merge_blocks(opened + blocks) if opened else blocks
         self._open = []
         if blocks:
             # Checked as the client will see it, with the text left open before it: each kind
@@ -482,7 +493,7 @@ class TurnRun:
             if said:
                 self.emit(AssistantText(blocks=said))
                 shown = AssistantMessage(content=simplify(said))
-                told = AssistantMessage(content=simplify(blocks))
+                told = shown if said is blocks else AssistantMessage(content=simplify(blocks))
                 await self._commit([shown], [told] if blocks else [])
                 self.emit(MessageOut(message=shown))
             return model_stop
@@ -551,6 +562,16 @@ class TurnRun:
             return "tool_use"
         return None
 
+    def _tool_runner(self) -> ToolRunner:
+        if self._tools is None:
+            self._tools = ToolRunner(
+                self.hosted.tools_by_name,
+                GuardedToolContext(self.resources, self.session_id, self.options),
+                self.checks,
+                self.steps,
+            )
+        return self._tools
+
     def _approval_deadline(self) -> float | None:
         timeout = self.approval_timeout_seconds
         return self.clock() + timeout if math.isfinite(timeout) else None
@@ -589,7 +610,7 @@ class TurnRun:
             await self._commit(list(results), list(results), pending=pending)
 
         try:
-            await self.tools.run_all(calls, on_result)
+            await self._tool_runner().run_all(calls, on_result)
         except asyncio.CancelledError:
             done = {result.tool_call_id for result in results}
             for call in calls:
@@ -627,37 +648,44 @@ class TurnRun:
     # --- writes (each carries the verdicts not yet recorded) --------------------------------
 
     async def _store(self, write: StepWrite, *, defer: bool = False) -> None:
-        """Every write of the turn; what the guardian learned of the session since its last
-        export goes with it (a record of the step's changes, now and then a whole one), so a
-        restart forgets no taint, count or placeholder. A `defer`red write is held and
-        committed with the next one (or by `flush_audit` at the turn's end)."""
+        """Every write of the turn. A `defer`red write is held and committed with the next
+        one (or by `flush_audit` at the turn's end)."""
         pending = self.input
         if pending is not None and pending.flushing is not None:
             flushing, pending.flushing = pending.flushing, None
             await flushing  # in order; a step whose input was not stored is not stored
-        exported = self.guardian.export_session(self.session_id)
-        if exported is not None:
-            memory = GuardianMemory.written(*exported)
-            write = msgspec.structs.replace(write, guardian_memory=memory)
-            self.checks.remember(exported.record, exported.whole)
         held = pending.take() if pending is not None else None
+        if defer:
+            self.input = PendingInput(write if held is None else merged(held, write))
+            return
         if held is not None:
             if held.compaction is not None and write.compaction is not None:
-                await self._commit_write(held, holds_input=True)
+                await self._commit_write(self._with_memory(held), holds_input=True)
                 held = None
             else:
                 write = merged(held, write)
-        if defer:
-            self.input = PendingInput(write)
-            return
-        await self._commit_write(write, holds_input=held is not None)
+        await self._commit_write(self._with_memory(write), holds_input=held is not None)
+
+    def _with_memory(self, write: StepWrite) -> StepWrite:
+        """`write` as committed: with what the guardian learned of the session since its last
+        export (a record of the changes, now and then a whole one), so a restart forgets no
+        taint, count or placeholder. Taken per commit, not per step: a deferred write's
+        learning goes with the commit that holds it, as one record."""
+        exported = self.guardian.export_session(self.session_id)
+        if exported is None:
+            return write
+        self.checks.remember(exported.record, exported.whole)
+        memory = GuardianMemory.written(*exported)
+        return msgspec.structs.replace(write, guardian_memory=memory)
 
     def _flush_input(self) -> None:
         """The turn's task waits with the input still deferred: write it now, alone."""
         pending = self.input
         write = pending.take() if pending is not None else None
         if pending is not None and write is not None:
-            pending.flushing = asyncio.ensure_future(self._commit_write(write, holds_input=True))
+            pending.flushing = asyncio.ensure_future(
+                self._commit_write(self._with_memory(write), holds_input=True)
+            )
 
     async def _commit_write(self, write: StepWrite, *, holds_input: bool = False) -> None:
         """Commit `write`; `holds_input`: it is the first to hold the deferred input."""
@@ -688,13 +716,16 @@ class TurnRun:
             logger.exception("could not store the last message of turn %s", self.steps.turn_id)
         self.emit(MessageOut(message=shown))
 
+    def _unwritten(self) -> bool:
+        """Whether verdicts, or the deferred input, wait for a write."""
+        return bool(self.checks.unwritten) or (self.input is not None and self.input.waiting)
+
     async def flush_audit(self) -> None:
         """Verdicts not yet written (a refusal or failure ended the turn): write them now."""
-        audit = self.checks.take_audit()
-        if not audit and (self.input is None or not self.input.waiting):
+        if not self._unwritten():
             return
         try:
-            await self._store(StepWrite(audit=audit))
+            await self._store(StepWrite(audit=self.checks.take_audit()))
         except Exception:
             logger.exception("could not record the audit trail of turn %s", self.steps.turn_id)
 

@@ -214,6 +214,8 @@ def drop_replayed_answers(
     """The messages without answers the session already took, answered the same way: a client
     that resubmits after a lost response (or a crash) changes nothing. Answering an answered
     call differently is a conflict."""
+    if not pending:  # (most turns: nothing was ever asked)
+        return list(messages)
     resolved = {call.tool_call_id: call for call in pending if not call.awaiting}
     fresh: list[TurnMessage] = []
     for index, message in enumerate(messages):
@@ -242,7 +244,7 @@ def validate_turn_messages(
     """A turn is either user messages, or answers to every pending tool call at once. User
     messages may also move on from permission requests that have all expired (`now`).
     Calls already answered (see `drop_replayed_answers`) are no longer pending."""
-    pending = [call for call in pending if call.awaiting]
+    pending = [call for call in pending if call.awaiting] if pending else []
     if not messages:
         raise InvalidRequestError("messages: must hold at least one message", code="empty_messages")
     users = [m for m in messages if isinstance(m, UserMessage)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 from aap_server.protocol import (
     HistoryMessage,
@@ -62,7 +62,7 @@ async def none_view(events: AsyncIterator[EngineEvent]) -> PostSessionTurnRespon
     """`stream: "none"`: the stop reason and the messages the stream would have built."""
     answer = _NoneAnswer()
     async for event in events:
-        answer.add(event)
+        answer.add((event,))
     return answer.response()
 
 
@@ -71,10 +71,11 @@ async def none_answer(events: TurnEvents) -> PostSessionTurnResponse:
     ready (no generator step per event)."""
     answer = _NoneAnswer()
     while True:
-        for event in events.take():
-            if event is None:
-                return answer.response()
-            answer.add(event)
+        ready = events.take()
+        if ready and ready[-1] is None:  # (nothing follows the end)
+            answer.add(ready[:-1])
+            return answer.response()
+        answer.add(ready)
         await events.wait()
 
 
@@ -83,11 +84,12 @@ class _NoneAnswer:
         self.messages: list[HistoryMessage] = []
         self.stop_reason: StopReason = "error"
 
-    def add(self, event: EngineEvent) -> None:
-        if isinstance(event, MessageOut):
-            self.messages.append(event.message)
-        elif isinstance(event, TurnStopEvent):
-            self.stop_reason = event.stop_reason
+    def add(self, events: Iterable[EngineEvent | None]) -> None:
+        for event in events:
+            if isinstance(event, MessageOut):
+                self.messages.append(event.message)
+            elif isinstance(event, TurnStopEvent):
+                self.stop_reason = event.stop_reason
 
     def response(self) -> PostSessionTurnResponse:
         return PostSessionTurnResponse(stop_reason=self.stop_reason, messages=self.messages)
