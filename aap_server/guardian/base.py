@@ -244,10 +244,10 @@ async def checked(
     """The guardian's verdict, or why there is none: it raised, did not answer within
     `timeout_seconds`, or answered something that is not a usable verdict.
 
-    The check runs by hand up to its first `await` that suspends: most in-process checks
-    never suspend, and a timer armed and cancelled for each would cost more than the rest of
-    the wrapping. One that suspends is given what is left of its time budget (counted from
-    the check's start), which ends it with a cancellation as before."""
+    The check runs by hand up to its first `await` that suspends on a future: most
+    in-process checks never do, and a timer armed and cancelled for each would cost more than
+    the rest of the wrapping. One that suspends is given what is left of its time budget
+    (counted from the check's start), which ends it with a cancellation as before."""
     try:
         started = asyncio.get_running_loop().time()
         check = guardian.check(request)
@@ -257,12 +257,26 @@ async def checked(
             async with budget:
                 verdict = await check
         else:
+            deadline = started + timeout_seconds
             try:
                 waiting_for = check.send(None)
-            except StopIteration as done:  # answered without suspending: no timer needed
+                # A bare yield is `asyncio.sleep(0)`: the check lets the loop run a pass (its
+                # inline scan budget, `scan_pool.LoopSlice`). That pass is taken here, with
+                # the budget read after it, so it arms no timer either.
+                while waiting_for is None:
+                    try:
+                        await asyncio.sleep(0)
+                    except BaseException:
+                        check.close()
+                        raise
+                    if asyncio.get_running_loop().time() >= deadline:
+                        check.close()
+                        raise TimeoutError
+                    waiting_for = check.send(None)
+            except StopIteration as done:  # answered without suspending on a future
                 verdict = done.value
             else:
-                budget = asyncio.timeout_at(started + timeout_seconds)
+                budget = asyncio.timeout_at(deadline)
                 async with budget:
                     verdict = await _rest_of(check, waiting_for)
         if budget is not None and budget.expired():  # it caught its cancellation, answered

@@ -203,3 +203,74 @@ def test_cancelling_the_caller_cancels_a_waiting_check() -> None:
 
     assert run(body)
     assert hanging.cancelled
+
+
+class Yielding(Guardian):
+    """Lets the loop run `passes` passes (`asyncio.sleep(0)`, as `LoopSlice` does once a pass
+    has had its inline scan budget), each pretending `seconds_per_pass` went by, then allows;
+    notes whether it was closed (or cancelled) before answering."""
+
+    def __init__(self, passes: float, seconds_per_pass: float = 0.0) -> None:
+        self.passes = passes
+        self.seconds_per_pass = seconds_per_pass
+        self.stopped = False
+
+    async def check(self, request: aos.AosRequest) -> aos.AosSuccessResult:
+        loop = cast(TimerCountingLoop, asyncio.get_running_loop())
+        taken = 0
+        try:
+            while taken < self.passes:
+                await asyncio.sleep(0)
+                loop.skipped += self.seconds_per_pass
+                taken += 1
+        except (GeneratorExit, asyncio.CancelledError):
+            self.stopped = True
+            raise
+        return ALLOW
+
+
+def test_a_check_that_only_lets_the_loop_run_a_pass_arms_no_timer() -> None:
+    """A big turn's check yields a loop pass when the pass's inline scan budget is spent:
+    the pass is taken without a timer, and the check's answer is its verdict."""
+
+    async def body(loop: TimerCountingLoop) -> aos.AosSuccessResult:
+        verdict = await FailClosed(Yielding(3), timeout_seconds=2.0).check(
+            STEPS.message("user", "hi")
+        )
+        assert loop.timers == 0
+        return verdict
+
+    assert run(body) == ALLOW
+
+
+def test_a_check_that_yields_loop_passes_forever_is_denied_at_the_timeout() -> None:
+    """No timer guards those passes, so the budget is read after each: a check that never
+    stops yielding is ended (and told so) once its time is up."""
+    yielding = Yielding(float("inf"), seconds_per_pass=0.4)
+
+    async def body(loop: TimerCountingLoop) -> aos.AosSuccessResult:
+        return await FailClosed(yielding, timeout_seconds=1.0).check(STEPS.message("user", "hi"))
+
+    verdict = run(body)
+    assert (verdict.decision, verdict.reason_code) == ("deny", ["guardian.timeout"])
+    assert yielding.stopped
+
+
+def test_cancelling_the_caller_during_a_loop_pass_stops_the_check() -> None:
+    yielding = Yielding(float("inf"))
+
+    async def body(loop: TimerCountingLoop) -> bool:
+        task = asyncio.ensure_future(
+            FailClosed(yielding, timeout_seconds=60).check(STEPS.message("user", "hi"))
+        )
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert run(body)
+    assert yielding.stopped
