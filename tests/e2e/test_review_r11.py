@@ -79,7 +79,9 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
         async with asyncio.timeout(30):
             await task
 
+
 JSON = "application/json"
+NOT_FOUND = "session_not_found"
 
 
 async def read_any(reader: asyncio.StreamReader) -> Response:
@@ -117,12 +119,16 @@ async def test_a_packet_of_mixed_pipelined_requests_is_answered_in_order(tmp_pat
         plan: list[tuple[bytes, str, str | None]] = [
             (request("POST", path, turn("one")), "200 OK", None),
             (request("GET", "/meta"), "200 OK", None),
-            (request("POST", "/sessions/missing/turns", turn("x")), "404 Not Found", "session_not_found"),
+            (
+                request("POST", "/sessions/nope/turns", turn("x")),
+                "404 Not Found",
+                "session_not_found",
+            ),
             (request("POST", path, b"{not json"), "400 Bad Request", None),
             (request("POST", path, turn("two")), "200 OK", None),  # same session, after one
             (request("POST", path, streamed), "200 OK", None),
             (request("POST", f"/sessions/{second}/turns", turn("three")), "200 OK", None),
-            (request("POST", path, turn("x" * (MAX_BODY + 1))), "413 Request Entity Too Large", None),
+            (request("POST", path, turn("x" * MAX_BODY)), "413 Request Entity Too Large", None),
         ]
         writer.write(b"".join(sent for sent, _, _ in plan))
         for number, (_, status, code) in enumerate(plan):
@@ -365,7 +371,7 @@ async def test_a_client_that_resets_mid_pipeline_leaves_the_sessions_usable(
         raw.sendall(b"".join(request("POST", path, turn(f"n{i}")) for i in range(50)))
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         raw.close()  # RST, with answers still to write
-        for attempt in range(100):
+        for _ in range(100):
             writer.write(request("POST", path, turn("after the reset")))
             answer = await read_any(reader)
             if answer.status_line != "HTTP/1.1 409 Conflict":
