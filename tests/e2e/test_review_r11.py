@@ -26,6 +26,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from aap_server.api import create_app
 from aap_server.cli import uvicorn_config
 from aap_server.config import Settings
+from aap_server.guardian.base import Guardian
+from aap_server.guardian.policy import default_policy
+from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.conftest import KEYS, ScriptedGuardian, demo_agents
 from tests.e2e.test_one_write import Response, new_session, read_chunked, request, turn
 
@@ -40,15 +43,18 @@ class Served:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
+async def served(
+    tmp_path: Path, guardian: Guardian | None = None, **overrides: Any
+) -> AsyncIterator[Served]:
     """tests/e2e/test_one_write.served, with the app at hand (its drain) and a small body
     limit: `serve`'s uvicorn configuration, its protocol's writes counted."""
     settings = msgspec.structs.replace(
         Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS),
         log_level="WARNING",
         max_body_bytes=MAX_BODY,
+        **overrides,
     )
-    app = create_app(settings, demo_agents(), guardian=ScriptedGuardian())
+    app = create_app(settings, demo_agents(), guardian=guardian or ScriptedGuardian())
     config = uvicorn_config(app, settings)
     config.port = 0
     writes: list[bytes] = []
@@ -384,4 +390,110 @@ async def test_a_client_that_resets_mid_pipeline_leaves_the_sessions_usable(
         roles = [message["role"] for message in json.loads(history.body)["history"]["full"]]
         # Every turn stored whole: each user message answered, nothing half-written.
         assert roles == ["user", "assistant"] * (len(roles) // 2), roles
+        writer.close()
+
+
+async def full_history(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session_id: str
+) -> list[tuple[str, str]]:
+    writer.write(request("GET", f"/sessions/{session_id}/history?type=full&limit=500"))
+    answer = await read_any(reader)
+    assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+    return [
+        (message["role"], json.dumps(message["content"]))
+        for message in json.loads(answer.body)["history"]["full"]
+    ]
+
+
+@pytest.mark.parametrize("mode", ["none", "message", "delta"])
+@pytest.mark.parametrize("text", ["/error", "/refuse", "/sleep 3"])
+async def test_a_turns_input_is_stored_however_the_turn_ends(
+    tmp_path: Path, text: str, mode: str
+) -> None:
+    """The input write waits for the turn's next write (runtime/turn.PendingInput): a turn
+    that fails, refuses or runs out of time (`turn_timeout_seconds` 1) still stores it."""
+    async with served(tmp_path, turn_timeout_seconds=1.0) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        body = json.dumps({"messages": [{"role": "user", "content": text}], "stream": mode})
+        writer.write(request("POST", f"/sessions/{session_id}/turns", body.encode()))
+        answer = await read_any(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        history = await full_history(reader, writer, session_id)
+        assert history, history
+        assert history[0][0] == "user", history
+        assert text in history[0][1], history
+        # The session is free again: the next turn is answered.
+        writer.write(request("POST", f"/sessions/{session_id}/turns", turn("next")))
+        assert (await read_any(reader)).status_line == "HTTP/1.1 200 OK"
+        writer.close()
+
+
+async def test_a_turn_whose_client_left_during_a_slow_model_is_stored_whole(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        raw.sendall(request("POST", f"/sessions/{session_id}/turns", turn("/sleep 1")))
+        await asyncio.sleep(0.2)
+        raw.close()
+        for _ in range(100):
+            history = await full_history(reader, writer, session_id)
+            if len(history) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert [role for role, _ in history] == ["user", "assistant"], history
+        writer.close()
+
+
+def sse_events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in body.decode().split("\r\n\r\n"):
+        lines = block.replace("\r\n", "\n").split("\n")
+        name = next((line[7:] for line in lines if line.startswith("event: ")), None)
+        data = "".join(line[6:] for line in lines if line.startswith("data: "))
+        if name and data:
+            events.append((name, json.loads(data)))
+    return events
+
+
+KEY = "AKIAZ7Q3K5M2N8P4R6T1"
+
+
+@pytest.mark.parametrize("mode", ["none", "message", "delta"])
+async def test_what_the_client_folds_is_what_history_stores_and_holds_no_key(
+    tmp_path: Path, mode: str
+) -> None:
+    """A reply the default policy modifies (a cloud key in it, long enough that a window of
+    it is released before the key): the client's text (the deltas folded, the message, the
+    answer) is the stored assistant message, and the key is in neither."""
+    words = " ".join(f"word{k}" for k in range(300))
+    text = f"{words} my key is {KEY} and {words}"
+    async with served(tmp_path, guardian=PolicyGuardian(default_policy())) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        body = json.dumps({"messages": [{"role": "user", "content": text}], "stream": mode})
+        writer.write(request("POST", f"/sessions/{session_id}/turns", body.encode()))
+        answer = await read_any(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK", answer.body
+        if mode == "none":
+            shown = json.dumps(json.loads(answer.body)["messages"][-1]["content"])
+        else:
+            events = sse_events(answer.body)
+            if mode == "delta":
+                folded = "".join(e["delta"] for name, e in events if name == "text_delta")
+            else:
+                folded = "".join(e["text"] for name, e in events if name == "text")
+            shown = json.dumps(folded)
+        history = await full_history(reader, writer, session_id)
+        stored = history[-1][1]
+        assert history[-1][0] == "assistant"
+        assert KEY not in shown, shown[:200]
+        assert KEY not in stored, stored[:200]
+        assert json.loads(stored) in (
+            json.loads(shown),
+            [{"type": "text", "text": json.loads(shown)}],
+        )
         writer.close()
