@@ -5,9 +5,14 @@ transaction each, on real files."""
 
 from __future__ import annotations
 
+import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from aap_server import ids
 from aap_server.store import SqliteSessionStore, StepWrite
 from aap_server.store.base import GuardianMemory
 from aap_server.store.verify import verify_store
@@ -142,3 +147,72 @@ async def test_groups_of_every_row_count_store_what_they_were_given(tmp_path: Pa
         assert all(r.broken_at is None for r in reports)
     finally:
         await store.close()
+
+
+# --- ids (aap_server/ids.py): cached time texts per millisecond and per 1,024 ms -------------
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def id_ms(made: str, prefix: str) -> int:
+    value = 0
+    for char in made[len(prefix) :]:
+        value = value * 32 + _CROCKFORD.index(char)
+    return value >> 80
+
+
+def wire_time(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+# Milliseconds around the edges the cached texts change at: a 1,024 ms block, a second, a
+# midnight (and a year's end), each visited in order, then a clock that steps back.
+EDGES = [1_700_000_000_000 + d for d in (0, 1, 999, 1000, 1023, 1024, 1025, 2047, 2048)] + [
+    1_767_225_599_999,  # 2025-12-31T23:59:59.999Z
+    1_767_225_600_000,  # 2026-01-01T00:00:00.000Z
+    1_767_225_600_001,
+]
+
+
+def test_ids_and_wire_times_across_every_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = ids.IdGenerator()
+    clock = ids._Clock()
+    made: list[str] = []
+    now = [0]
+    latest = 0
+    monkeypatch.setattr(ids.time, "time_ns", lambda: now[0] * 1_000_000)
+    for ms in [*EDGES, EDGES[-1] - 5_000, EDGES[-1] - 1]:  # the last two: stepped back
+        now[0] = ms
+        for _ in range(3):
+            made.append(generator.new("x_"))
+        latest = max(latest, ms)  # a clock stepped back: the last millisecond's text
+        expected = latest
+        assert id_ms(made[-1], "x_") == expected, ms
+        assert clock.at(ms) == wire_time(ms), ms
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+
+
+def test_a_stamped_id_holds_the_millisecond_its_wire_time_says() -> None:
+    for _ in range(2_000):
+        made, at = ids.new_stamped_id("step_")
+        assert wire_time(id_ms(made, "step_")) == at
+
+
+def test_ids_made_by_many_threads_are_unique_and_in_order_per_thread() -> None:
+    results: list[list[str]] = [[] for _ in range(6)]
+
+    def make(into: list[str]) -> None:
+        for _ in range(30_000):
+            into.append(ids.new_id("t_"))
+
+    threads = [threading.Thread(target=make, args=(into,)) for into in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [made for into in results for made in into]
+    assert len(set(every)) == len(every)
+    for into in results:
+        assert into == sorted(into)
