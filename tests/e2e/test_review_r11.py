@@ -497,3 +497,86 @@ async def test_what_the_client_folds_is_what_history_stores_and_holds_no_key(
             [{"type": "text", "text": json.loads(shown)}],
         )
         writer.close()
+
+
+async def test_a_rate_limited_turn_is_refused_once_with_retry_after(tmp_path: Path) -> None:
+    async with served(tmp_path, rate_limit_per_second=0.001, rate_limit_burst=3) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        statuses = []
+        for _ in range(5):
+            writer.write(request("POST", f"/sessions/{session_id}/turns", turn("hi")))
+            answer = await read_any(reader)
+            statuses.append(answer.status_line.split(" ")[1])
+            if statuses[-1] == "429":
+                break
+        assert statuses[-1] == "429", statuses
+        assert_well_formed_json(answer)
+        assert int(answer.header("retry-after") or 0) >= 1  # once (`header` asserts it)
+        assert error_code(answer) == "rate_limited"
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "status"),
+    [
+        ("/api/sessions/{id}/turns", "200"),
+        ("/api/sessions/{id}/turns?trace=1", "200"),
+        ("/sessions/{id}/turns", "404"),  # outside the base path
+        ("/apix/sessions/{id}/turns", "404"),
+        ("/api/api/sessions/{id}/turns", "404"),
+        ("/api/sessions/{id}/turns/", "200"),  # as the declared route (Litestar) reads it
+    ],
+)
+async def test_turns_under_a_base_path(tmp_path: Path, target: str, status: str) -> None:
+    async with served(tmp_path, base_path="/api") as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(request("POST", "/api/sessions", b'{"agent": {"name": "demo"}}'))
+        created = await read_any(reader)
+        assert created.status_line == "HTTP/1.1 201 Created", created.body
+        session_id = json.loads(created.body)["sessionId"]
+        writer.write(request("POST", target.format(id=session_id), turn("based")))
+        answer = await read_any(reader)
+        assert answer.status_line.split(" ")[1] == status, (target, answer.body)
+        writer.write(request("GET", "/api/meta"))  # still in step
+        assert (await read_any(reader)).status_line == "HTTP/1.1 200 OK"
+        writer.close()
+
+
+async def test_long_answers_pipelined_to_a_slow_reader_are_framed_exactly(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path) as server:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.connect(("127.0.0.1", server.port))
+        raw.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=raw)
+        session_id = await new_session(reader, writer)
+        path = f"/sessions/{session_id}/turns"
+        modes = ["none", "delta", "message"] * 8
+        writer.write(
+            b"".join(
+                request(
+                    "POST",
+                    path,
+                    json.dumps(
+                        {"messages": [{"role": "user", "content": "/long 3000"}], "stream": mode}
+                    ).encode(),
+                )
+                for mode in modes
+            )
+        )
+        await asyncio.sleep(0.5)
+        for mode in modes:
+            answer = await read_any(reader)
+            assert answer.status_line == "HTTP/1.1 200 OK", answer.body[:200]
+            if mode == "none":
+                words = json.loads(answer.body)["messages"][-1]["content"]
+                assert len(json.dumps(words).split()) >= 3000
+            else:
+                assert sse_events(answer.body)[-1][0] == "turn_stop"
+        writer.write(request("GET", "/meta", extra="connection: close\r\n"))
+        assert (await read_any(reader)).status_line == "HTTP/1.1 200 OK"
+        assert await reader.read() == b""
+        writer.close()
