@@ -7,16 +7,20 @@ strict xfails naming where and why; attacks that held are plain tests."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
+import signal
 import socket
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 import uvicorn
@@ -29,7 +33,10 @@ from aap_server.config import Settings
 from aap_server.guardian.base import Guardian
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
+from aap_server.store import SqliteSessionStore
+from aap_server.store.verify import verify_store
 from tests.conftest import KEYS, ScriptedGuardian, demo_agents
+from tests.e2e.server_process import server_process
 from tests.e2e.test_one_write import Response, new_session, read_chunked, request, turn
 
 MAX_BODY = 64 * 1024  # small, so a 413 needs no megabytes
@@ -580,3 +587,118 @@ async def test_long_answers_pipelined_to_a_slow_reader_are_framed_exactly(
         assert (await read_any(reader)).status_line == "HTTP/1.1 200 OK"
         assert await reader.read() == b""
         writer.close()
+
+
+async def test_the_logged_path_is_the_requested_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The access line's path is made when the line is written (api/observability.py
+    `Observed.path`), from the scope the layers behind may have changed by then: it must
+    still be the path the client asked for (under the base path, without the query)."""
+    caplog.set_level(logging.INFO, logger="aap_server.access")
+    async with served(tmp_path, base_path="/api") as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(request("POST", "/api/sessions", b'{"agent": {"name": "demo"}}'))
+        session_id = json.loads((await read_any(reader)).body)["sessionId"]
+        targets = [
+            f"/api/sessions/{session_id}/turns?x=1",
+            f"/api/sessions/{session_id}/turns/",
+            "/api/meta?q=secret-cursor",
+            f"/api/sessions/{session_id}/history?type=full",
+            "/api/nowhere",
+        ]
+        for target in targets:
+            method = "POST" if target.split("?")[0].rstrip("/").endswith("turns") else "GET"
+            writer.write(request(method, target, turn("x") if method == "POST" else b""))
+            await read_any(reader)
+        writer.close()
+    lines = [r for r in caplog.records if r.name == "aap_server.access"][-len(targets) :]
+    assert [r.path for r in lines] == [t.split("?")[0] for t in targets]  # type: ignore[attr-defined]
+
+
+async def test_sigkill_amid_mixed_groups_leaves_every_chain_whole(tmp_path: Path) -> None:
+    """`aap-server serve` killed while groups mix `none`, `message` and `delta` turns with
+    sessions created and deleted: on the file, every audit chain verifies, every kept
+    session's history is whole turns, and a session whose deletion was answered has nothing
+    left in the logs."""
+    alice = {"Authorization": "Bearer key-alice"}
+    unlimited = {"AAP_RATE_LIMIT_PER_SECOND": "0", "AAP_MAX_CONCURRENT_TURNS": "0"}
+    deleted: list[str] = []
+    answered = 0
+    enough = asyncio.Event()
+    async with (
+        server_process(tmp_path, **unlimited) as server,
+        httpx.AsyncClient(base_url=server.base_url, headers=alice, timeout=30) as c,
+    ):
+
+        async def new() -> str:
+            created = await c.post("/sessions", json={"agent": {"name": "demo"}})
+            session_id: str = created.json()["sessionId"]
+            return session_id
+
+        async def drive(mode: str) -> None:
+            nonlocal answered
+            session_id = await new()
+            for n in range(10_000):
+                body = {"messages": [{"role": "user", "content": f"{mode}-{n}"}], "stream": mode}
+                answer = await c.post(f"/sessions/{session_id}/turns", json=body)
+                assert answer.status_code == 200, answer.text
+                answered += 1
+                if answered >= 300:
+                    enough.set()
+
+        async def churn() -> None:
+            for n in range(10_000):
+                session_id = await new()
+                body = {"messages": [{"role": "user", "content": f"short-lived {n}"}]}
+                assert (await c.post(f"/sessions/{session_id}/turns", json=body)).is_success
+                if (await c.delete(f"/sessions/{session_id}")).status_code == 204:
+                    deleted.append(session_id)
+
+        tasks = [
+            asyncio.create_task(work)
+            for work in (*(drive(m) for m in ("none", "message", "delta") * 2), churn())
+        ]
+        await asyncio.wait_for(enough.wait(), 120)
+        server.signal(signal.SIGKILL)
+        assert await server.exit_code() == -signal.SIGKILL
+        for task in tasks:
+            with contextlib.suppress(httpx.TransportError):
+                await task
+    assert deleted  # the churn ran
+    store = SqliteSessionStore(str(tmp_path / "aap.db"))
+    await store.open()
+    try:
+        reports = [report async for report in verify_store(store)]
+        assert reports
+        assert [r for r in reports if r.broken_at is not None] == []
+    finally:
+        await store.close()
+    db = sqlite3.connect(str(tmp_path / "aap.db"))
+    try:
+        for session_id in deleted:
+            for table in ("history_full", "history_compacted", "guardian_memory_log"):
+                left = db.execute(
+                    f"SELECT COUNT(*) FROM {table} WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+                assert left == (0,), (table, session_id)
+        sessions = [row[0] for row in db.execute("SELECT session_id FROM sessions")]
+        assert len(sessions) >= 6
+        turns = 0
+        for session_id in sessions:
+            roles = [
+                row[0]
+                for row in db.execute(
+                    "SELECT json_extract(message, '$.role') FROM history_full"
+                    " WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                )
+            ]
+            # Whole turns, but for at most a last input whose reply's step never committed.
+            pairs = roles[: len(roles) // 2 * 2]
+            assert pairs == ["user", "assistant"] * (len(roles) // 2), (session_id, roles)
+            turns += len(pairs) // 2
+        assert turns >= 300
+    finally:
+        db.close()
