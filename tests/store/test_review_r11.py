@@ -181,7 +181,7 @@ def test_ids_and_wire_times_across_every_edge(monkeypatch: pytest.MonkeyPatch) -
     made: list[str] = []
     now = [0]
     latest = 0
-    monkeypatch.setattr(ids.time, "time_ns", lambda: now[0] * 1_000_000)
+    monkeypatch.setattr("aap_server.ids.time.time_ns", lambda: now[0] * 1_000_000)
     for ms in [*EDGES, EDGES[-1] - 5_000, EDGES[-1] - 1]:  # the last two: stepped back
         now[0] = ms
         for _ in range(3):
