@@ -5,11 +5,13 @@ naming where and why; the links that were left alone are plain tests."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 
 from aap_server.guardian.memory import scan_links
+from tests.conftest import best_cpu_seconds
 from tests.guardian.test_review_r9 import _reply_decision
 
 # Stack Overflow's "share" links (`/a/<answer id>/<user id>`), as its Share button writes
@@ -74,3 +76,30 @@ def test_share_links_read_as_cards_at_most_one_in_a_hundred() -> None:
 )
 async def test_ordinary_links_of_other_kinds_are_left_alone(link: str) -> None:
     assert await _reply_decision(f"The answer is here: {link} (see the second part).") == "allow"
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "DE89/",  # an IBAN's opening again and again (the group run's start)
+        "de89ab12cd34ef56gh/",  # lower-case IBAN candidates
+        "1=1=",  # values without separators between them
+        "%25u0031",  # an escape inside URL encoding (decoded in a later round)
+        "4111/",  # card groups in a row: every join weighed
+        "0,1:2_3.",  # the new digit separators
+        "sevenseven-",  # spelled digits without separators
+        "1%201%20",  # numbers in encoded groups
+    ],
+)
+def test_scanning_a_links_readings_stays_linear(unit: str) -> None:
+    """The whole scan (the readings and the detectors over them), ten times the link: about
+    ten times the CPU (best of three)."""
+    small = "see https://e.example/?" + unit * (8_000 // len(unit)) + " ok"
+    large = "see https://e.example/?" + unit * (80_000 // len(unit)) + " ok"
+    runs = itertools.count()  # each scan a new text: `scan_links` keeps recent texts' scans
+
+    def scan(text: str) -> None:
+        scan_links(f"{text} {next(runs)}", 1_000_000)
+
+    ratio = best_cpu_seconds(lambda: scan(large)) / max(best_cpu_seconds(lambda: scan(small)), 1e-4)
+    assert ratio < 20, ratio
