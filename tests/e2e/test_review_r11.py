@@ -36,7 +36,7 @@ from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.store import SqliteSessionStore
 from aap_server.store.verify import verify_store
 from tests.conftest import KEYS, ScriptedGuardian, demo_agents
-from tests.e2e.guardian_helpers import deny_messages, replace_message_text
+from tests.e2e.guardian_helpers import deny_messages, deny_tool_request, replace_message_text
 from tests.e2e.server_process import server_process
 from tests.e2e.test_one_write import Response, new_session, read_chunked, request, turn
 
@@ -747,6 +747,15 @@ SCENARIOS: dict[str, tuple[list[Any], str]] = {
     "reply modified": ([replace_message_text("assistant", "Echo", "Said")], "fine"),
     "agent fails": ([], "/error"),
     "agent refuses": ([], "/refuse"),
+    "a server tool": ([], '/tool calculator {"expression": "6*7"}'),
+    "a tool that keeps state": (
+        [],
+        '/tool send_email {"to": "a@b.example", "subject": "s", "body": "b"}\n/think',
+    ),
+    "a tool call denied": (
+        [deny_tool_request("calculator")],
+        '/tool calculator {"expression": "1+1"}',
+    ),
 }
 
 
