@@ -863,3 +863,26 @@ async def test_a_body_that_is_not_utf8_is_a_400_not_a_500(tmp_path: Path, target
         assert answer.status_line == "HTTP/1.1 400 Bad Request", answer.body
         assert_well_formed_json(answer)
         writer.close()
+
+
+@pytest.mark.parametrize("mode", ["delta", "message"])
+async def test_a_stream_starts_while_a_slow_model_still_thinks(tmp_path: Path, mode: str) -> None:
+    """The input write waits for the turn's next write, and a stream waits for the input
+    (turn_route: `turn.stored()`): the head and `turn_start` must still leave before the
+    model answers (no stream silent for the model's whole time), with the input stored."""
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        streamer_reader, streamer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = json.dumps({"messages": [{"role": "user", "content": "/sleep 3"}], "stream": mode})
+        streamer.write(request("POST", f"/sessions/{session_id}/turns", body.encode()))
+        head = Response((await streamer_reader.readuntil(b"\r\n\r\n"))[:-4], b"")
+        assert head.status_line == "HTTP/1.1 200 OK"
+        first_chunk = await streamer_reader.readuntil(b"\r\n\r\n")
+        assert b"event: turn_start" in first_chunk, first_chunk
+        # The model is still asleep: its reply is not stored yet, the input is.
+        history = await full_history(reader, writer, session_id)
+        assert [role for role, _ in history] == ["user"], history
+        await streamer_reader.readuntil(b"event: turn_stop")
+        streamer.close()
+        writer.close()
