@@ -59,6 +59,37 @@ def test_share_links_read_as_cards_at_most_one_in_a_hundred() -> None:
     assert masked <= 4, masked
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason='guardian/memory.py _split_values: `names_ssn = "ssn" in link.lower()` is a '
+    "substring test, so a host or word with `ssn` inside (businessnewsdaily, expressnews, "
+    "crossnet) makes every 9-digit join of the link's numeric values an `SSN …` reading, "
+    "and a dated archive page's link is masked as an SSN",
+)
+@pytest.mark.parametrize(
+    "link",
+    [
+        "https://www.businessnewsdaily.com/archive/2024/11/24/2",
+        "https://www.expressnews.com/news/2024/11/24/18533",
+        "https://crossnet.example/t/123/456789",
+    ],
+)
+async def test_a_link_with_ssn_inside_a_word_is_not_read_as_naming_an_ssn(link: str) -> None:
+    assert await _reply_decision(f"The answer is here: {link} (see the second part).") == "allow"
+
+
+async def test_the_same_links_without_those_letters_are_left_alone() -> None:
+    """The control: the same values under a name without `ssn` in it."""
+    for link in (
+        "https://www.businessdaily.example/archive/2024/11/24/2",
+        "https://www.express.example/news/2024/11/24/18533",
+        "https://cross.example/t/123/456789",
+    ):
+        assert await _reply_decision(f"The answer is here: {link} (see the second part).") == (
+            "allow"
+        ), link
+
+
 @pytest.mark.parametrize(
     "link",
     [
