@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -885,4 +886,45 @@ async def test_a_stream_starts_while_a_slow_model_still_thinks(tmp_path: Path, m
         assert [role for role, _ in history] == ["user"], history
         await streamer_reader.readuntil(b"event: turn_stop")
         streamer.close()
+        writer.close()
+
+
+async def test_a_policy_verdict_is_audited_with_its_rule_and_policy(tmp_path: Path) -> None:
+    """runtime/checks.py records a verdict in one frame now: a default-policy `modify` of a
+    reply still names its rule and the policy's hash in the audit trail, in order."""
+    async with served(tmp_path, guardian=PolicyGuardian(default_policy())) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        writer.write(request("POST", f"/sessions/{session_id}/turns", turn(f"key {KEY}")))
+        assert (await read_any(reader)).status_line == "HTTP/1.1 200 OK"
+        entries = await audit(reader, writer, session_id)
+        writer.close()
+    modified = [e for e in entries if e["decision"] == "modify"]
+    assert modified, entries
+    for entry in modified:
+        assert entry["ruleId"], entry
+        assert entry["policyHash"], entry
+        assert entry["reasonCodes"], entry
+    assert [e["at"] for e in entries] == sorted(e["at"] for e in entries)
+    assert [e["seq"] for e in entries] == list(range(len(entries)))
+
+
+async def test_the_date_of_a_one_write_answer_moves_with_uvicorns(tmp_path: Path) -> None:
+    """api/one_write.py keeps uvicorn's default headers encoded until uvicorn replaces them
+    (each second, for the date): a turn's `date` is the one uvicorn's own answers carry,
+    and it moves on."""
+    async with served(tmp_path) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        session_id = await new_session(reader, writer)
+        dates = []
+        for _ in range(2):
+            writer.write(request("POST", f"/sessions/{session_id}/turns", turn("when?")))
+            writer.write(request("GET", "/meta"))
+            lean, declared = await read_any(reader), await read_any(reader)
+            lean_at = parsedate_to_datetime(lean.header("date") or "")
+            declared_at = parsedate_to_datetime(declared.header("date") or "")
+            assert 0 <= (declared_at - lean_at).total_seconds() <= 1
+            dates.append(lean_at)
+            await asyncio.sleep(2.2)  # uvicorn's date moves once a second
+        assert dates[1] > dates[0]
         writer.close()
