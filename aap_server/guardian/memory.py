@@ -390,12 +390,16 @@ _GROUP_RUN = re.compile(
     rf"(?:[/?#&;]{_VALUE_NAME}{_GROUP}){{2,}}(?![^/?#&;])"
 )
 _NOT_DIGIT = re.compile(r"%20|[^0-9]")
+_DIGIT_GROUP = re.compile(r"[0-9]+")
 # A card's lengths (`detectors.pii`), an SSN's, and how many joins of a link's numbers are
 # handed to the detectors at most (one found masks the whole link).
 _CARD_LENGTHS = range(12, 20)
 _SSN_DIGITS = 9
 _FEWEST_DIGITS = 7  # (a phone number's: the fewest of the values read; counted at C speed)
 _MAX_JOINED_NUMBERS = 4
+_GROUP_DIGITS_MOST = 6  # (Amex and Diners write 6 digits in their middle group)
+# A link that names an SSN (`ssn=`, `/ssn/`, `my_ssn`), not one with the letters in a word.
+_NAMES_SSN = re.compile(r"(?<![a-z])ssn(?![a-z])", re.IGNORECASE)
 
 
 def _values(run: str) -> list[str]:
@@ -414,23 +418,42 @@ def _split_values(link: str) -> Iterator[str]:
     spaced = [" ".join(_values(run[0])) for run in _GROUP_RUN.finditer(link)]
     if spaced:
         yield "\n".join(spaced)
-    names_ssn = "ssn" in link.lower()
+    names_ssn = _NAMES_SSN.search(link) is not None
     runs = [
-        [_NOT_DIGIT.sub("", _EXTENSION.sub("", value)) for value in _values(run[0])]
+        [_EXTENSION.sub("", value) for value in _values(run[0])]
         for run in _NUMBER_RUN.finditer(link)
     ]
-    runs = [numbers for numbers in runs if sum(map(len, numbers)) >= _FEWEST_DIGITS]
+    runs = [run for run in runs if sum(map(len, map(_digits, run))) >= _FEWEST_DIGITS]
     if runs:  # (a phone number in groups: `?a=415&b=555&c=0132`)
-        yield "\n".join(" ".join(numbers) for numbers in runs)
+        yield "\n".join(" ".join(map(_digits, run)) for run in runs)
     found = 0
-    for numbers in runs:
-        if sum(map(len, numbers)) < _SSN_DIGITS:
-            continue
+    for numbers in _groups_in_a_row(runs):
         for joined in _joined_numbers(numbers, names_ssn):
             yield joined
             found += 1
             if found == _MAX_JOINED_NUMBERS:
                 return
+
+
+def _digits(value: str) -> str:
+    return _NOT_DIGIT.sub("", value)
+
+
+def _groups_in_a_row(runs: list[list[str]]) -> Iterator[list[str]]:
+    """The digits of the values in a row of `runs` whose digit groups are as short as a
+    card's or an SSN's written groups (`4111`, `1111-1111`, `378282`): a longer one
+    (`/a/50569249/351670`, `since=1705837965`) is an id or a time, and joining it with its
+    neighbours reads share links and pagination as cards."""
+    for values in runs:
+        group: list[str] = []
+        for value in [*values, ""]:
+            longest = max(map(len, _DIGIT_GROUP.findall(value.replace("%20", " "))), default=0)
+            if 0 < longest <= _GROUP_DIGITS_MOST:
+                group.append(_digits(value))
+                continue
+            if len(group) >= 2 and sum(map(len, group)) >= _SSN_DIGITS:
+                yield group
+            group = []
 
 
 # A digit's Luhn double (the digit doubled, its digits summed).

@@ -30,25 +30,13 @@ PRODUCT = "https://shop.example/p/569781/2895629"
 TAGGED = "https://a.example/u?utm_id=39285065&gclid=713630&fbclid=39335"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="guardian/memory.py _split_values/_joined_numbers: any two or more numeric values "
-    "in a row are joined and handed to the card detector when the join passes Luhn and an "
-    "issuer's prefix/length, so ~4% of ordinary Stack Overflow share links (`/a/<id>/<user>`) "
-    "and pagination/analytics links are masked as cards after untrusted content",
-)
 @pytest.mark.parametrize("link", [*SHARE_LINKS, PAGED, PRODUCT, TAGGED])
 async def test_an_ordinary_link_of_numbers_in_a_reply_is_left_alone(link: str) -> None:
     assert await _reply_decision(f"The answer is here: {link} (see the second part).") == "allow"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="guardian/memory.py _joined_numbers: 18 of 400 plausible Stack Overflow share "
-    "links (4.5%) read as cards; issue 8 allows natural benign data altered <= 1%",
-)
 def test_share_links_read_as_cards_at_most_one_in_a_hundred() -> None:
-    """The rate behind the xfail above, counted over 400 share links with plausible ids."""
+    """Share links with plausible ids (400 of them) read as cards at most one in a hundred."""
     rng = random.Random(11)
     links = [
         f"https://stackoverflow.com/a/{rng.randint(40_000_000, 78_000_000)}/"
@@ -59,13 +47,6 @@ def test_share_links_read_as_cards_at_most_one_in_a_hundred() -> None:
     assert masked <= 4, masked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='guardian/memory.py _split_values: `names_ssn = "ssn" in link.lower()` is a '
-    "substring test, so a host or word with `ssn` inside (businessnewsdaily, expressnews, "
-    "crossnet) makes every 9-digit join of the link's numeric values an `SSN …` reading, "
-    "and a dated archive page's link is masked as an SSN",
-)
 @pytest.mark.parametrize(
     "link",
     [
