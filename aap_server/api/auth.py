@@ -53,7 +53,14 @@ class Authenticator:
 
 def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     authenticator: Authenticator = connection.app.state.authenticator
-    principal = authenticator.principal(connection.headers.get("authorization"))
+    sent = connection.headers.getall("authorization", [])
+    if len(sent) > 1 and not authenticator.open:
+        # Which of two keys counts is ambiguous (RFC 9110 5.3): a proxy may read the other.
+        raise NotAuthorizedException(
+            "Authorization: sent more than once; send one `Authorization: Bearer <api key>`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    principal = authenticator.principal(sent[0] if sent else None)
     limits: PrincipalLimits = connection.app.state.limits
     limits.admit_request(principal.owner)  # 429 past the principal's request rate
     connection.state[_PRINCIPAL] = principal

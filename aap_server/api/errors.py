@@ -183,6 +183,18 @@ def handle_recursion_error(request: Request[Any, Any, Any], error: Exception) ->
     return handle_unexpected_error(request, error)
 
 
+def handle_unicode_error(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    """msgspec raises `UnicodeDecodeError` (not a decode error) for a JSON string that is not
+    UTF-8: the client's fault where Litestar was decoding the request body, a 400."""
+    frame = error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name == "decode_json" and "litestar" in code.co_filename:
+            return error_response(400, "invalid_json", "body: JSON text is not valid UTF-8")
+        frame = frame.tb_next
+    return handle_unexpected_error(request, error)
+
+
 def handle_http_error(_: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
     assert isinstance(error, HTTPException)
     status = error.status_code
@@ -210,5 +222,6 @@ EXCEPTION_HANDLERS = {
     ValidationException: handle_validation_error,
     HTTPException: handle_http_error,
     RecursionError: handle_recursion_error,
+    UnicodeDecodeError: handle_unicode_error,
     Exception: handle_unexpected_error,
 }
