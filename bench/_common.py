@@ -5,12 +5,15 @@ waited for, and the p99 of samples (each bench puts the project root on `sys.pat
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
 
 import httpx
 
@@ -138,3 +141,54 @@ class Connection:
                 on_first_event()
                 on_first_event = None
             chunks.append(chunk)
+
+
+class OpcodeCounter:
+    """Python bytecodes run while `trace` is the tracer (`sys.settrace`), by module group
+    (the first of `groups`, (path part, name) pairs, found in the code's file name) and by
+    function (bytecodes of its own, not its callees')."""
+
+    def __init__(self, groups: Sequence[tuple[str, str]]) -> None:
+        self.groups = groups
+        self.opcodes: collections.Counter[str] = collections.Counter()
+        self.functions: collections.Counter[str] = collections.Counter()
+
+    def module_of(self, filename: str) -> str:
+        return next((name for part, name in self.groups if part in filename), "other")
+
+    def trace(self, frame: FrameType, event: str, _: object) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            module = self.module_of(code.co_filename)
+            self.opcodes[module] += 1
+            self.functions[f"{module}: {Path(code.co_filename).stem}.{code.co_qualname}"] += 1
+        return self.trace
+
+
+def report_opcodes(
+    figures: dict[str, dict[str, Any]], keys: Sequence[str], functions: int, width: int
+) -> None:
+    """Per tree (`figures`' names, side by side): `keys`' figures, the bytecodes per turn by
+    module group, and the `functions` functions running the most in either the first or the
+    last tree."""
+    names = list(figures)
+    print(f"{'per turn':<{width}}" + "".join(f"{name:>16}" for name in names))
+    for key in keys:
+        print(f"{key:<{width}}" + "".join(f"{figures[n][key]:16.1f}" for n in names))
+    modules = sorted(
+        {m for n in names for m in figures[n]["opcodes"]},
+        key=lambda m: -figures[names[0]]["opcodes"].get(m, 0),
+    )
+    totals = {n: sum(figures[n]["opcodes"].values()) for n in names}
+    print(f"{'bytecodes on the loop':<{width}}" + "".join(f"{totals[n]:16.0f}" for n in names))
+    for module in modules:
+        row = "".join(f"{figures[n]['opcodes'].get(module, 0):16.0f}" for n in names)
+        print(f"  {module:<{width - 2}}{row}")
+    if functions:
+        own, other = figures[names[0]]["functions"], figures[names[-1]]["functions"]
+        print(f"the {functions} functions running the most bytecodes (own, not callees')")
+        most = sorted({*own, *other}, key=lambda f: -max(own.get(f, 0), other.get(f, 0)))
+        for function in most[:functions]:
+            row = "".join(f"{figures[n]['functions'].get(function, 0):10.0f}" for n in names)
+            print(f"  {function[:70]:<70}{row}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
 import os
 import socket
@@ -27,32 +26,30 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# This tree's bench helpers, imported before a checkout's code goes first on the path.
+from bench._common import OpcodeCounter, report_opcodes
+
 if _TREE := os.environ.get("BENCH_HTTP_TREE"):  # `--against`: the checkout's code
     sys.path.insert(0, _TREE)
 
 KEY = "bench-key"
 
 
-def _module_of(filename: str) -> str:
-    for part, name in (
-        ("aap_server/api/", "api"),
-        ("aap_server/runtime/", "runtime"),
-        ("aap_server/guardian/", "guardian"),
-        ("aap_server/store/", "store"),
-        ("aap_server/telemetry/", "telemetry"),
-        ("aap_server/", "aap_server (other)"),
-        ("uvicorn/", "uvicorn"),
-        ("litestar/", "litestar"),
-        ("asyncio/", "asyncio"),
-        ("echo_agent.py", "bench agent"),
-    ):
-        if part in filename:
-            return name
-    return "other"
+GROUPS = (  # where the loop's bytecode runs, as this bench reports it
+    ("aap_server/api/", "api"),
+    ("aap_server/runtime/", "runtime"),
+    ("aap_server/guardian/", "guardian"),
+    ("aap_server/store/", "store"),
+    ("aap_server/telemetry/", "telemetry"),
+    ("aap_server/", "aap_server (other)"),
+    ("uvicorn/", "uvicorn"),
+    ("litestar/", "litestar"),
+    ("asyncio/", "asyncio"),
+    ("echo_agent.py", "bench agent"),
+)
 
 
 def _read_response(sock: socket.socket, buffer: bytearray) -> tuple[bytes, bytes]:
@@ -164,24 +161,14 @@ async def measure(mode: str, size: int, turns: int) -> dict[str, Any]:
                     resume[phase].wait()
 
         thread = threading.Thread(target=client, daemon=True)
-        opcodes: collections.Counter[str] = collections.Counter()
-        functions: collections.Counter[str] = collections.Counter()
-
-        def trace(frame: FrameType, event: str, _: object) -> Any:
-            frame.f_trace_opcodes = True
-            if event == "opcode":
-                code = frame.f_code
-                module = _module_of(code.co_filename)
-                opcodes[module] += 1
-                functions[f"{module}: {Path(code.co_filename).stem}.{code.co_qualname}"] += 1
-            return trace
+        bytecodes = OpcodeCounter(GROUPS)
 
         async def phase_done(phase: int) -> None:
             await phases[phase].wait()
 
         thread.start()
         await phase_done(0)
-        sys.settrace(trace)
+        sys.settrace(bytecodes.trace)
         resume[0].set()
         await phase_done(1)
         sys.settrace(None)
@@ -195,36 +182,15 @@ async def measure(mode: str, size: int, turns: int) -> dict[str, Any]:
         server.should_exit = True
         await serving
     return {
-        "opcodes": {name: count / turns for name, count in opcodes.items()},
-        "functions": {name: count / turns for name, count in functions.items()},
+        "opcodes": {name: count / turns for name, count in bytecodes.opcodes.items()},
+        "functions": {name: count / turns for name, count in bytecodes.functions.items()},
         "cpu_us_min": min(cpu),
         "cpu_us_median": statistics.median(cpu),
     }
 
 
 def report(figures: dict[str, dict[str, Any]], functions: int) -> None:
-    names = list(figures)
-    print(f"{'per turn':<26}" + "".join(f"{name:>16}" for name in names))
-    for key in ("cpu_us_min", "cpu_us_median"):
-        print(f"{key + ' (noisy)':<26}" + "".join(f"{figures[n][key]:16.1f}" for n in names))
-    modules = sorted(
-        {m for n in names for m in figures[n]["opcodes"]},
-        key=lambda m: -figures[names[0]]["opcodes"].get(m, 0),
-    )
-    totals = {n: sum(figures[n]["opcodes"].values()) for n in names}
-    print(f"{'bytecodes on the loop':<26}" + "".join(f"{totals[n]:16.0f}" for n in names))
-    for module in modules:
-        row = "".join(f"{figures[n]['opcodes'].get(module, 0):16.0f}" for n in names)
-        print(f"  {module:<24}{row}")
-    if functions:
-        own = figures[names[0]]["functions"]
-        other = figures[names[-1]]["functions"]
-        print(f"the {functions} functions running the most bytecodes (own, not callees')")
-        for function in sorted({*own, *other}, key=lambda f: -max(own.get(f, 0), other.get(f, 0)))[
-            :functions
-        ]:
-            row = "".join(f"{figures[n]['functions'].get(function, 0):10.0f}" for n in names)
-            print(f"  {function[:70]:<70}{row}")
+    report_opcodes(figures, ("cpu_us_min", "cpu_us_median"), functions, width=26)
 
 
 def main() -> None:

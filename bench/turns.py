@@ -34,16 +34,24 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# This tree's bench helpers, imported before a checkout's code goes first on the path.
+from bench._common import (
+    Connection,
+    OpcodeCounter,
+    launch_server,
+    p99,
+    report_opcodes,
+    wait_ready,
+)
+
 if _TREE := os.environ.get("BENCH_ENGINE_TREE"):  # `--engine --against`: the checkout's code
     sys.path.insert(0, _TREE)
-from bench._common import Connection, launch_server, p99, wait_ready
 
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -149,21 +157,16 @@ async def measure(connections: list[Connection], sessions: list[str], seconds: f
     print(f"ratio delta turns / baseline GETs  {delta_rate / base:7.2f}")
 
 
-def _module_of(filename: str) -> str:
-    """Where the event loop's bytecode runs, as the engine's bench reports it."""
-    for part, name in (
-        ("aap_server/runtime/", "runtime"),
-        ("aap_server/guardian/", "guardian"),
-        ("aap_server/store/", "store"),
-        ("aap_server/telemetry/", "telemetry"),
-        ("aap_server/ids.py", "ids"),
-        ("aap_server/", "aap_server (other)"),
-        ("asyncio/", "asyncio"),
-        ("echo_agent.py", "bench agent"),
-    ):
-        if part in filename:
-            return name
-    return "other"
+ENGINE_GROUPS = (  # where the loop's bytecode runs, as this bench reports it
+    ("aap_server/runtime/", "runtime"),
+    ("aap_server/guardian/", "guardian"),
+    ("aap_server/store/", "store"),
+    ("aap_server/telemetry/", "telemetry"),
+    ("aap_server/ids.py", "ids"),
+    ("aap_server/", "aap_server (other)"),
+    ("asyncio/", "asyncio"),
+    ("echo_agent.py", "bench agent"),
+)
 
 
 async def engine(mode: str, size: int, concurrency: int, turns: int) -> dict[str, Any]:
@@ -224,22 +227,12 @@ async def engine(mode: str, size: int, concurrency: int, turns: int) -> dict[str
             made["tasks"] += 1
             return asyncio.Task(coro, loop=loop, **kw)
 
-        opcodes: collections.Counter[str] = collections.Counter()
-        functions: collections.Counter[str] = collections.Counter()
-
-        def trace(frame: FrameType, event: str, _: object) -> Any:
-            frame.f_trace_opcodes = True
-            if event == "opcode":
-                code = frame.f_code
-                module = _module_of(code.co_filename)
-                opcodes[module] += 1
-                functions[f"{module}: {Path(code.co_filename).stem}.{code.co_qualname}"] += 1
-            return trace
+        bytecodes = OpcodeCounter(ENGINE_GROUPS)
 
         loop = asyncio.get_running_loop()
         ids._default.new = counting_new  # type: ignore[method-assign]
         loop.set_task_factory(counting_tasks)
-        sys.settrace(trace)
+        sys.settrace(bytecodes.trace)
         try:
             await run(counted)
         finally:
@@ -256,33 +249,15 @@ async def engine(mode: str, size: int, concurrency: int, turns: int) -> dict[str
     return {
         "ids": made["ids"] / done,
         "tasks": made["tasks"] / done,
-        "opcodes": {name: count / done for name, count in opcodes.items()},
-        "functions": {name: count / done for name, count in functions.items()},
+        "opcodes": {name: count / done for name, count in bytecodes.opcodes.items()},
+        "functions": {name: count / done for name, count in bytecodes.functions.items()},
         "cpu_us_min": min(cpu),
         "cpu_us_median": statistics.median(cpu),
     }
 
 
 def report_engine(figures: dict[str, dict[str, Any]], functions: int) -> None:
-    names = list(figures)
-    print(f"{'per turn':<22}" + "".join(f"{name:>16}" for name in names))
-    for key in ("ids", "tasks", "cpu_us_min", "cpu_us_median"):
-        print(f"{key:<22}" + "".join(f"{figures[n][key]:16.1f}" for n in names))
-    modules = sorted(
-        {m for n in names for m in figures[n]["opcodes"]},
-        key=lambda m: -figures[names[0]]["opcodes"].get(m, 0),
-    )
-    totals = {n: sum(figures[n]["opcodes"].values()) for n in names}
-    print(f"{'bytecodes on the loop':<22}" + "".join(f"{totals[n]:16.0f}" for n in names))
-    for module in modules:
-        row = "".join(f"{figures[n]['opcodes'].get(module, 0):16.0f}" for n in names)
-        print(f"  {module:<20}{row}")
-    if functions:  # the functions that run the most, by bytecodes of their own
-        own = figures[names[0]]["functions"]
-        print(f"the {functions} functions running the most bytecodes (own, not callees')")
-        for function in sorted(own, key=lambda f: -own[f])[:functions]:
-            row = "".join(f"{figures[n]['functions'].get(function, 0):10.0f}" for n in names)
-            print(f"  {function[:60]:<60}{row}")
+    report_opcodes(figures, ("ids", "tasks", "cpu_us_min", "cpu_us_median"), functions, width=22)
 
 
 def engine_main(arguments: argparse.Namespace) -> None:

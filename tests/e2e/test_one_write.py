@@ -21,26 +21,33 @@ from typing import Any
 import msgspec
 import pytest
 import uvicorn
+from litestar import Litestar
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from aap_server.api import create_app
 from aap_server.cli import uvicorn_config
 from aap_server.config import Settings
+from aap_server.guardian.base import Guardian
 from tests.conftest import KEYS, ScriptedGuardian, demo_agents
 
 
 @dataclass
 class Served:
     port: int
+    app: Litestar
     writes: list[bytes] = field(default_factory=list)  # every write, every connection
 
 
 @asynccontextmanager
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
+async def served(
+    tmp_path: Path, guardian: Guardian | None = None, **overrides: Any
+) -> AsyncIterator[Served]:
+    """The app on `serve`'s uvicorn configuration (`overrides`: settings), its protocol's
+    writes counted."""
     settings = msgspec.structs.replace(
-        Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS), log_level="WARNING"
+        Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS), log_level="WARNING", **overrides
     )
-    app = create_app(settings, demo_agents(), guardian=ScriptedGuardian())
+    app = create_app(settings, demo_agents(), guardian=guardian or ScriptedGuardian())
     config = uvicorn_config(app, settings)
     assert config.http == "httptools"
     config.port = 0
@@ -66,7 +73,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
                 task.result()
             await asyncio.sleep(0.005)
     try:
-        yield Served(server.servers[0].sockets[0].getsockname()[1], writes)
+        yield Served(server.servers[0].sockets[0].getsockname()[1], app, writes)
     finally:
         server.should_exit = True
         async with asyncio.timeout(30):

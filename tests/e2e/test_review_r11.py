@@ -16,83 +16,43 @@ import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
-import uvicorn
-from litestar import Litestar
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from aap_server.api import create_app
-from aap_server.cli import uvicorn_config
-from aap_server.config import Settings
 from aap_server.guardian.base import Guardian
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from aap_server.store import SqliteSessionStore
 from aap_server.store.verify import verify_store
-from tests.conftest import KEYS, ScriptedGuardian, demo_agents
+from tests.conftest import ScriptedGuardian
 from tests.e2e.guardian_helpers import deny_messages, deny_tool_request, replace_message_text
 from tests.e2e.server_process import server_process
-from tests.e2e.test_one_write import Response, new_session, read_chunked, request, turn
+from tests.e2e.test_one_write import (
+    Response,
+    Served,
+    new_session,
+    read_chunked,
+    request,
+    turn,
+)
+from tests.e2e.test_one_write import served as served_as_serve_does
 
 MAX_BODY = 64 * 1024  # small, so a 413 needs no megabytes
-
-
-@dataclass
-class Served:
-    port: int
-    app: Litestar
-    writes: list[bytes] = field(default_factory=list)
 
 
 @asynccontextmanager
 async def served(
     tmp_path: Path, guardian: Guardian | None = None, **overrides: Any
 ) -> AsyncIterator[Served]:
-    """tests/e2e/test_one_write.served, with the app at hand (its drain) and a small body
-    limit: `serve`'s uvicorn configuration, its protocol's writes counted."""
-    settings = msgspec.structs.replace(
-        Settings(db=str(tmp_path / "aap.db"), api_keys=KEYS),
-        log_level="WARNING",
-        max_body_bytes=MAX_BODY,
-        **overrides,
-    )
-    app = create_app(settings, demo_agents(), guardian=guardian or ScriptedGuardian())
-    config = uvicorn_config(app, settings)
-    config.port = 0
-    writes: list[bytes] = []
-
-    class Counted(HttpToolsProtocol):
-        def connection_made(self, transport: Any) -> None:
-            write = transport.write
-
-            def counted(data: bytes) -> None:
-                writes.append(bytes(data))
-                write(data)
-
-            transport.write = counted
-            super().connection_made(transport)
-
-    config.http = Counted
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(10):
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.005)
-    try:
-        yield Served(server.servers[0].sockets[0].getsockname()[1], app, writes)
-    finally:
-        server.should_exit = True
-        async with asyncio.timeout(30):
-            await task
+    """tests/e2e/test_one_write.served with a small body limit."""
+    async with served_as_serve_does(
+        tmp_path, guardian, **{"max_body_bytes": MAX_BODY, **overrides}
+    ) as server:
+        yield server
 
 
 JSON = "application/json"
