@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -192,3 +193,21 @@ def report_opcodes(
         for function in most[:functions]:
             row = "".join(f"{figures[n]['functions'].get(function, 0):10.0f}" for n in names)
             print(f"  {function[:70]:<70}{row}")
+
+
+def figures_per_tree(
+    trees: Sequence[tuple[str, Path]], command: Sequence[str], tree_variable: str
+) -> dict[str, dict[str, Any]]:
+    """For each (name, root) of `trees`: `command` run with `tree_variable` set to the root
+    (the bench puts that tree's code first), and the JSON figures its last line prints."""
+    results: dict[str, dict[str, Any]] = {}
+    for name, root in trees:
+        done = subprocess.run(
+            command,
+            env={**os.environ, tree_variable: str(root)},
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results

@@ -20,7 +20,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # This tree's bench helpers, imported before a checkout's code goes first on the path.
-from bench._common import OpcodeCounter, report_opcodes
+from bench._common import OpcodeCounter, figures_per_tree, report_opcodes
 
 if _TREE := os.environ.get("BENCH_HTTP_TREE"):  # `--against`: the checkout's code
     sys.path.insert(0, _TREE)
@@ -208,25 +207,15 @@ def main() -> None:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             print(json.dumps(runner.run(measure(arguments.mode, arguments.size, arguments.turns))))
         return
-    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         trees = [("this tree", Path(__file__).resolve().parent.parent)]
         if arguments.against:
             from bench.throughput import checkout
 
             trees.append((f"@{arguments.against}", checkout(arguments.against, Path(tmp))))
-        for name, root in trees:
-            command = [sys.executable, __file__, "--json", f"--size={arguments.size}"]
-            command.append(f"--mode={arguments.mode}")
-            command.append(f"--turns={arguments.turns}")
-            done = subprocess.run(
-                command,
-                env={**os.environ, "BENCH_HTTP_TREE": str(root)},
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        command = [sys.executable, __file__, "--json", f"--size={arguments.size}"]
+        command += [f"--mode={arguments.mode}", f"--turns={arguments.turns}"]
+        results = figures_per_tree(trees, command, "BENCH_HTTP_TREE")
     print(
         f"`{arguments.mode}` turns over loopback HTTP, {arguments.size} B message, "
         "one keep-alive client"

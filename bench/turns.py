@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (
     Connection,
     OpcodeCounter,
+    figures_per_tree,
     launch_server,
     p99,
     report_opcodes,
@@ -267,25 +268,16 @@ def engine_main(arguments: argparse.Namespace) -> None:
         )
         print(json.dumps(figures))
         return
-    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         trees = [("this tree", Path(__file__).resolve().parent.parent)]
         if arguments.against:
             from bench.throughput import checkout
 
             trees.append((f"@{arguments.against}", checkout(arguments.against, Path(tmp))))
-        for name, root in trees:
-            command = [sys.executable, __file__, "--engine", "--engine-json"]
-            command += [f"--mode={arguments.mode}", f"--size={arguments.size}"]
-            command += [f"--concurrency={arguments.concurrency}", f"--turns={arguments.turns}"]
-            done = subprocess.run(
-                command,
-                env={**os.environ, "BENCH_ENGINE_TREE": str(root)},
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        command = [sys.executable, __file__, "--engine", "--engine-json"]
+        command += [f"--mode={arguments.mode}", f"--size={arguments.size}"]
+        command += [f"--concurrency={arguments.concurrency}", f"--turns={arguments.turns}"]
+        results = figures_per_tree(trees, command, "BENCH_ENGINE_TREE")
     print(
         f"engine in-process, `{arguments.mode}` turns, {arguments.size} B message, "
         f"{arguments.concurrency} sessions at once"

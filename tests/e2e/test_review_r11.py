@@ -347,10 +347,7 @@ async def test_a_client_that_resets_mid_pipeline_leaves_the_sessions_usable(
                 break
             await asyncio.sleep(0.05)
         assert answer.status_line == "HTTP/1.1 200 OK", answer.body
-        writer.write(request("GET", f"/sessions/{session_id}/history?type=full&limit=500"))
-        history = await read_any(reader)
-        assert history.status_line == "HTTP/1.1 200 OK", history.body
-        roles = [message["role"] for message in json.loads(history.body)["history"]["full"]]
+        roles = [role for role, _ in await full_history(reader, writer, session_id)]
         # Every turn stored whole: each user message answered, nothing half-written.
         assert roles == ["user", "assistant"] * (len(roles) // 2), roles
         writer.close()
