@@ -31,16 +31,23 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+    def __init__(self, process: subprocess.Popen[str], url: str, stderr: Path) -> None:
         self.process = process
         self.url = url
-        self.lines: list[str] = []
+        self.stderr = stderr
+
+    def records_so_far(self) -> list[dict[str, Any]]:
+        """The JSON lines written so far (a line being written is left for the next read)."""
+        return [
+            json.loads(line)
+            for line in self.stderr.read_text().splitlines(keepends=True)
+            if line.strip() and line.endswith("\n")
+        ]
 
     def stop(self) -> list[str]:
         self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=30)
-        self.lines.extend(err.splitlines())
-        return self.lines
+        self.process.wait(timeout=30)
+        return self.stderr.read_text().splitlines()
 
 
 @contextmanager
@@ -48,24 +55,26 @@ def server(tmp_path: Path, **env: str) -> Iterator[Server]:
     """`aap-server serve` on a free port with `env`; its stderr is collected by `stop`."""
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AAP_", "OTEL_"))}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aap_server.cli", "serve", "--port", str(port)],
-        env={
-            **clean,
-            "AAP_DB": str(tmp_path / "aap.db"),
-            "AAP_API_KEYS": f"{KEY}:alice:acme",
-            "AAP_WORKERS": "1",  # one process's lines (workers: see the test of their own)
-            **env,
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    running = Server(process, f"http://127.0.0.1:{port}")
+    stderr = tmp_path / "stderr.log"
+    with stderr.open("w") as written:  # the child writes to it; this process reads the path
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aap_server.cli", "serve", "--port", str(port)],
+            env={
+                **clean,
+                "AAP_DB": str(tmp_path / "aap.db"),
+                "AAP_API_KEYS": f"{KEY}:alice:acme",
+                "AAP_WORKERS": "1",  # one process's lines (workers: see the test of their own)
+                **env,
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=written,
+            text=True,
+        )
+    running = Server(process, f"http://127.0.0.1:{port}", stderr)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            assert process.poll() is None, process.communicate()[1]
+            assert process.poll() is None, stderr.read_text()
             try:
                 httpx.get(f"{running.url}/meta", timeout=1)
                 break
@@ -75,7 +84,7 @@ def server(tmp_path: Path, **env: str) -> Iterator[Server]:
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            process.wait()
 
 
 def traffic(url: str) -> tuple[str, str]:
@@ -152,6 +161,12 @@ def test_json_lines_for_every_logger(tmp_path: Path) -> None:
 def test_workers_log_one_banner_and_every_workers_requests(tmp_path: Path) -> None:
     with server(tmp_path, AAP_LOG_FORMAT="json", AAP_WORKERS="2") as running:
         session_id, _ = traffic(running.url)
+        # Ready means one worker answers: the first (whose start-up logs the banner) may
+        # still be starting, and a stop then would end it before its banner.
+        deadline = time.monotonic() + 30
+        while not any(r["message"].startswith("aap-server ") for r in running.records_so_far()):
+            assert time.monotonic() < deadline, running.records_so_far()
+            time.sleep(0.05)
         lines = running.stop()
     records: list[dict[str, Any]] = [json.loads(line) for line in lines if line.strip()]
     banners = [r for r in records if r["message"].startswith("aap-server ")]
