@@ -320,11 +320,30 @@ def _link_end(text: str, start: int, end: int) -> int:
     return end
 
 
+class LinkReading(NamedTuple):
+    """What a link reads as (`read_link`). `forms`: what its encoded parts decode to and what
+    it and they read as, scanned with every PII and secret detector. `joins`: its values read
+    two by two as one (`_joined_pairs`), scanned only for what a detector knows by its format
+    or checksum, not by its look (any two ids joined look random: `_GUESSES`). `unreadable`:
+    a piece of it is still URL-encoded after `_URL_DECODE_ROUNDS` rounds."""
+
+    forms: list[str]
+    joins: str
+    unreadable: bool
+
+
 def link_forms(link: str) -> list[str]:
+    """The texts `read_link` hands the detectors for a link: its forms, then its joins."""
+    reading = read_link(link)
+    return [*reading.forms, reading.joins] if reading.joins else reading.forms
+
+
+def read_link(link: str) -> LinkReading:
     """What a link's encoded parts decode to (HTML entities, URL encoding, `%uXXXX`-style
     escapes, base64, base32 and hex runs), and what those decode to in turn,
-    `LINK_DECODE_LAYERS` deep: each a new text, in its own case; and what the link's values
-    carry together (`_split_values`) and its digits spelled as words (`_spelled_digits`).
+    `LINK_DECODE_LAYERS` deep: each a new text, in its own case; its values each decoded
+    (`_decoded_values`), read in a row and two by two; and what the link's values carry
+    together (`_split_values`) and its digits spelled as words (`_spelled_digits`).
     Linear in the link: entities, escapes and URL decoding shorten a text, base64, base32 and
     hex decode to 3/4, 5/8 and 1/2 of their runs, so a layer's forms are at most a few times
     as long as what they were decoded from."""
@@ -337,13 +356,106 @@ def link_forms(link: str) -> list[str]:
         forms.extend(new)
         return new
 
+    values, decoded, unreadable = _decoded_values(link)
     keep(_reads(link))
     layer = [link]
     for depth in range(LINK_DECODE_LAYERS):
         layer = keep(form for text in layer for form in _link_decodings(text))
         if depth == 0:  # (`%2F`, `&amp;`, `%26` between a link's values: read once decoded)
             keep(read for text in layer for read in _reads(text))
-    return forms
+    if decoded is not None:  # (in a row: `?a=<base64>&b=<base64>`; as deep as the layers)
+        keep([decoded, *_reads(decoded)])
+    return LinkReading(forms, _joined_pairs(values), unreadable)
+
+
+def _value_of(piece: str) -> str:
+    """A link piece's value: after its `name=`, or the whole piece (a path segment, or one
+    that is base64 ending in `=`)."""
+    value = piece.partition("=")[2]
+    return value if value.strip("=") else piece
+
+
+def _decoded_values(link: str) -> tuple[list[str], str | None, bool]:
+    """The link's values (`_value_of` its pieces), each URL-decoded to the end (`_url_decoded`);
+    the same, each decoded again where it is base64, base32 or hex as a whole (`_whole_decoded`:
+    a value split in parts is encoded part by part, each too short to be a run), in a row
+    (`&`), if any was; whether one is still URL-encoded after the rounds allowed."""
+    values: list[str] = []
+    wholes: list[str] = []
+    any_whole = unreadable = False
+    for piece in _LINK_PIECES.findall(link):
+        value = _value_of(piece)
+        if "%" in value or "+" in value:
+            value, done = _url_decoded(urllib.parse.unquote_plus(value))
+            unreadable |= not done
+        values.append(value)
+        whole = _whole_decoded(value)
+        any_whole |= whole is not None
+        wholes.append(value if whole is None else whole)
+    return values, "&".join(wholes) if any_whole else None, unreadable
+
+
+_WHOLE_ENCODED = re.compile(r"(?=[^A-Za-z]*[A-Za-z])[A-Za-z0-9+_-]{6,}={0,2}")
+_WHOLE_B32 = re.compile(r"[A-Z2-7]+|[a-z2-7]+")
+_WHOLE_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+
+
+def _whole_decoded(value: str) -> str | None:
+    """A value (less a file extension: `<base64>.png`) of 6 or more characters with a letter
+    that is hex, base32 or base64 as a whole (tried in that order), decoded when it decodes to
+    printable text, and decoded again while it does (`LINK_DECODE_LAYERS` deep)."""
+    decoded = None
+    for _ in range(LINK_DECODE_LAYERS):
+        once = _whole_decoded_once(_EXTENSION.sub("", value))
+        if once is None:
+            break
+        decoded = value = once
+    return decoded
+
+
+def _whole_decoded_once(value: str) -> str | None:
+    if not _WHOLE_ENCODED.fullmatch(value):
+        return None
+    body = value.rstrip("=")
+    decodings: list[Callable[[], bytes]] = []
+    if _WHOLE_HEX.fullmatch(body):
+        decodings.append(lambda: bytes.fromhex(body))
+    if len(body) % 8 in _B32_TAILS and _WHOLE_B32.fullmatch(body):
+        decodings.append(lambda: base64.b32decode(body + "=" * (-len(body) % 8), casefold=True))
+    if len(body) % 4 != 1:
+        padded = body.replace("-", "+").replace("_", "/") + "=" * (-len(body) % 4)
+        decodings.append(lambda: base64.b64decode(padded))
+    for decode in decodings:
+        # (Printable UTF-8 only: a short word's bytes often pass `_as_text`'s 3/4 printable.)
+        with contextlib.suppress(binascii.Error, ValueError):
+            text = decode().decode("utf-8")
+            if text.isprintable():
+                return text
+    return None
+
+
+# Values joined two by two (`_joined_pairs`): tokens (a key's halves), and a local part with
+# a domain (an address's).
+_TOKEN = re.compile(r"[A-Za-z0-9+_-]{4,}={0,2}")
+_LETTERS = re.compile(r"[A-Za-z]")
+_LOCAL_PART = re.compile(r"[A-Za-z0-9._%+-]{1,64}")
+_DOMAIN_NAME = re.compile(r"(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}")
+
+
+def _joined_pairs(values: list[str]) -> str:
+    """A link's values read two by two as one, a pair a line: two tokens of 4 or more letters
+    and digits (one with a letter) run together (`?a=AKIAZ7Q3K5&b=M2N8P4R6T1`), a local part
+    and a domain joined by `@` (`?u=alice.smith&d=corp.example`). Numbers are joined by
+    `_split_values`, which weighs their joins as cards. At most twice the link's length."""
+    lines: list[str] = []
+    for first, second in itertools.pairwise(values):
+        bare = _EXTENSION.sub("", second)  # (`/<half>/<half>.png`)
+        if _TOKEN.fullmatch(first) and _TOKEN.fullmatch(bare):
+            if _LETTERS.search(first) or _LETTERS.search(bare):
+                lines.append(first + bare)
+        elif _LOCAL_PART.fullmatch(first) and _DOMAIN_NAME.fullmatch(second):
+            lines.append(f"{first}@{second}")
+    return "\n".join(lines)
 
 
 def _reads(text: str) -> Iterator[str]:
@@ -493,28 +605,55 @@ def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
                 yield f"SSN {digits[start:end]}"
 
 
-# Digits spelled as English words, nine or more in a row (a card's or an SSN's).
-_DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-_DIGIT_WORD = "(?:" + "|".join(_DIGIT_WORDS) + ")"
-_SPELLED = re.compile(rf"(?<![a-z]){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)*{_DIGIT_WORD}){{8,}}(?![a-z])")
+# Digits spelled as words, nine or more in a row (a card's, an SSN's, a phone number's), in the
+# languages models are most often asked to write in: English, German, French, Spanish,
+# Italian, Portuguese, Dutch and Russian, in any mix. Words shared by languages (`zero`,
+# `vier`, `six`) stand for the same digit in each.
+_DIGIT_WORDS_BY_LANGUAGE = (
+    ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
+    ("null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun"),
+    ("zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf"),
+    ("cero", "uno", "dos", "tres", "cuatro", "cinco", "seis", "siete", "ocho", "nueve"),
+    ("zero", "uno", "due", "tre", "quattro", "cinque", "sei", "sette", "otto", "nove"),
+    ("zero", "um", "dois", "três", "quatro", "cinco", "seis", "sete", "oito", "nove"),
+    ("nul", "een", "twee", "drie", "vier", "vijf", "zes", "zeven", "acht", "negen"),
+    ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять"),
+)
+# Other spellings: without accents, spoken (`zwo`), feminine (`une`, `duas`, `одна`).
+_DIGIT_OTHER_WORDS = {"fuenf": "5", "funf": "5", "zwo": "2", "une": "1", "duas": "2"}
+_DIGIT_OTHER_WORDS |= {"нуль": "0", "одна": "1", "две": "2"}
+_DIGIT_OF = {
+    word: str(digit) for words in _DIGIT_WORDS_BY_LANGUAGE for digit, word in enumerate(words)
+} | _DIGIT_OTHER_WORDS
+# Longest first: a word is not read as a shorter one it starts with (`uno` as `un`).
+_DIGIT_WORD = "(?:" + "|".join(sorted(_DIGIT_OF, key=len, reverse=True)) + ")"
+_LETTER = r"[^\W\d_]"
+_SPELLED = re.compile(
+    rf"(?<!{_LETTER}){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)*{_DIGIT_WORD}){{8,}}(?!{_LETTER})"
+)
 _DIGIT_WORD_RE = re.compile(_DIGIT_WORD)
 _WORD_SEPARATORS = "-+_.,% \t\n"
-_LONG_LETTERS = re.compile("[A-Za-z]{27}")
-_DIGIT_OF = {word: str(digit) for digit, word in enumerate(_DIGIT_WORDS)}
+# Nine words without separators: 18 letters at least (`un`, `um`).
+_LONG_LETTERS = re.compile(f"{_LETTER}{{18}}")
 
 
 def _spelled_digits(link: str) -> Iterator[str]:
-    """The digits a link spells as words (`four-one-one-one-…`), as digits."""
+    """The digits a link spells as words (`four-one-one-one-…`, `vier-eins-…`), as a number
+    (`number 4111…`): a number spelled out is one, whatever its grouping (a phone number's
+    digits are read as one only where the text says it is a number)."""
     if sum(map(link.count, _WORD_SEPARATORS)) < 8 and not _LONG_LETTERS.search(link):
-        return  # (nine words need eight separators, or are 27 letters in a row)
+        return  # (nine words need eight separators, or are 18 letters in a row)
     for spelled in _SPELLED.finditer(link.lower()):
-        yield "".join(_DIGIT_OF[w] for w in _DIGIT_WORD_RE.findall(spelled[0]))
+        yield "number " + "".join(_DIGIT_OF[w] for w in _DIGIT_WORD_RE.findall(spelled[0]))
 
 
 # `%uXXXX` (JavaScript's old `escape`), `\uXXXX` (JSON, JavaScript), `\xXX`.
 _ESCAPE = re.compile(r"(?:%[uU]|\\[uU])([0-9a-fA-F]{4})|\\[xX]([0-9a-fA-F]{2})")
-# URL decoding is repeated on a piece this many times over at most (`%252534…`).
-_URL_DECODE_ROUNDS = 4
+# URL decoding is repeated on a piece until it no longer changes (`%252534…`), this many
+# times over at most: a piece still encoded after that is nested deeper than any client
+# writes, and the link is unreadable (`LinkReading.unreadable`: refused, not passed). Each
+# round costs the piece's length once.
+_URL_DECODE_ROUNDS = 16
 
 
 def _unescaped(found: re.Match[str]) -> str:
@@ -522,12 +661,23 @@ def _unescaped(found: re.Match[str]) -> str:
     return "\ufffd" if 0xD800 <= code < 0xE000 else chr(code)  # (no lone surrogate)
 
 
+def _url_decoded(text: str) -> tuple[str, bool]:
+    """The text URL-decoded until it no longer changes (`_URL_DECODE_ROUNDS` times at most),
+    and whether it did stop changing."""
+    for _ in range(_URL_DECODE_ROUNDS):
+        again = urllib.parse.unquote(text)
+        if again == text:
+            return text, True
+        text = again
+    return text, urllib.parse.unquote(text) == text
+
+
 def _link_decodings(text: str) -> Iterator[str]:
     """What a text (a link, or what part of one decoded to) decodes to, one layer: the whole
     of it with HTML entities read, and with `%uXXXX`, `\\uXXXX` and `\\xXX` escapes read;
     each of its pieces with a `%` or `+` URL-decoded (a pair keeps its name,
     `ssn=078-05-1120`, as context for the detectors), and decoded again while `%` escapes
-    remain (`_URL_DECODE_ROUNDS`); its base64, base32 and hex runs decoded."""
+    remain (`_url_decoded`); its base64, base32 and hex runs decoded."""
     if "&#" in text or ("&" in text and ";" in text):
         # `&#52;&#49;…`, `&commat;`: a browser reads an attribute's entities.
         yield html.unescape(text)
@@ -542,12 +692,7 @@ def _link_decodings(text: str) -> Iterator[str]:
                 yield unquoted
                 if "%" in piece and "+" in piece:
                     yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
-                deeper = unquoted
-                for _ in range(_URL_DECODE_ROUNDS):
-                    again = urllib.parse.unquote(deeper)
-                    if again == deeper:
-                        break
-                    deeper = again
+                deeper = _url_decoded(unquoted)[0]
                 if deeper != unquoted:
                     yield deeper
     encoded = text.encode("utf-8", "surrogatepass")
@@ -607,6 +752,12 @@ class LinkScan(NamedTuple):
 
 
 _LINK_FAMILIES: tuple[Category, ...] = ("pii", "secret")
+# The secret detectors that go by a value's look (its randomness, or a name before it), not
+# its format: not asked about a link's values joined (`LinkReading.joins`).
+_GUESSES = frozenset({"secret.entropy", "secret.assignment"})
+# What a link nested in more URL encoding than is decoded counts as: data that cannot be read
+# and looks random (the entropy fallback's), so a rule on secrets withholds it.
+_UNREADABLE: dict[str, Any] = {"detector": "secret.entropy", "category": "secret"}
 # The scans of the texts seen last (a reply is looked at by the text screen, then by the
 # message check): texts up to this long, at most this many.
 RECENT_LINK_CHARS = 4 * 1024
@@ -624,24 +775,29 @@ def scan_links(
         return known
     forms: list[str] = []
     starts: list[int] = []  # where each form starts in the forms joined
-    owners: list[tuple[int, int]] = []  # the link each form was decoded from
+    owners: list[tuple[int, int, bool]] = []  # the link each form was read from; a join?
+    found: list[Finding] = []
     too_long_at: int | None = None
     at = 0
     for start, end in _links_as_read(text):
         if end - start > max_link_chars:
             too_long_at = start if too_long_at is None else too_long_at
             continue
-        for form in link_forms(text[start:end]):
+        reading = read_link(text[start:end])
+        if reading.unreadable:  # (what it carries cannot be known: withheld, fail closed)
+            found.append(Finding(**_UNREADABLE, start=start, end=end, value=text[start:end]))
+        read = [(form, False) for form in reading.forms]
+        for form, joined in [*read, (reading.joins, True)] if reading.joins else read:
             forms.append(form)
             starts.append(at)
-            owners.append((start, end))
+            owners.append((start, end, joined))
             at += len(form) + 2
-    found: list[Finding] = []
     if forms:
         # One scan of them all, apart (`\n\n`): a scan's fixed cost is paid once a text.
         for hit in scan_all("\n\n".join(forms), _LINK_FAMILIES, should_stop=should_stop):
-            start, end = owners[bisect.bisect_right(starts, hit.start) - 1]
-            found.append(msgspec.structs.replace(hit, start=start, end=end))
+            start, end, joined = owners[bisect.bisect_right(starts, hit.start) - 1]
+            if not (joined and hit.detector in _GUESSES):
+                found.append(msgspec.structs.replace(hit, start=start, end=end))
     scan = LinkScan(found, too_long_at)
     if len(text) <= RECENT_LINK_CHARS:
         _recent_links[(max_link_chars, text)] = scan
