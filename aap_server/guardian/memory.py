@@ -50,7 +50,11 @@ import msgspec
 
 from aap_server.guardian.base import MemoryExport
 from aap_server.guardian.detectors import Category, Finding, scan_all
-from aap_server.guardian.detectors.pii import _issuer_accepts, phone_national_numbers
+from aap_server.guardian.detectors.pii import (
+    _FILE_EXTENSIONS,
+    _issuer_accepts,
+    phone_national_numbers,
+)
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.provenance import (
     MAX_CALLS,
@@ -368,92 +372,128 @@ def read_link(link: str) -> LinkReading:
     return LinkReading(forms, _joined_pairs(values), unreadable)
 
 
-def _value_of(piece: str) -> str:
-    """A link piece's value: after its `name=`, or the whole piece (a path segment, or one
-    that is base64 ending in `=`)."""
-    value = piece.partition("=")[2]
-    return value if value.strip("=") else piece
+# A link's values: its pieces (`_LINK_PIECES`), each after its `name=` if it has one (a piece
+# that is base64 ending in `==` is a value whole).
+_LINK_VALUES = re.compile(r"(?:[^/?#&;=]*=(?=[^/?#&;=]))?([^/?#&;]+)")
 
 
 def _decoded_values(link: str) -> tuple[list[str], str | None, bool]:
-    """The link's values (`_value_of` its pieces), each URL-decoded to the end (`_url_decoded`);
+    """The link's values (`_LINK_VALUES`), each URL-decoded to the end (`_url_decoded`);
     the same, each decoded again where it is base64, base32 or hex as a whole (`_whole_decoded`:
     a value split in parts is encoded part by part, each too short to be a run), in a row
     (`&`), if any was; whether one is still URL-encoded after the rounds allowed."""
-    values: list[str] = []
-    wholes: list[str] = []
-    any_whole = unreadable = False
-    for piece in _LINK_PIECES.findall(link):
-        value = _value_of(piece)
-        if "%" in value or "+" in value:
-            value, done = _url_decoded(urllib.parse.unquote_plus(value))
-            unreadable |= not done
-        values.append(value)
-        whole = _whole_decoded(value)
-        any_whole |= whole is not None
-        wholes.append(value if whole is None else whole)
-    return values, "&".join(wholes) if any_whole else None, unreadable
+    values: list[str] = _LINK_VALUES.findall(link)
+    unreadable = False
+    if "%" in link or "+" in link:
+        for at, value in enumerate(values):
+            if "%" in value or "+" in value:
+                values[at], done = _url_decoded(urllib.parse.unquote_plus(value))
+                unreadable |= not done
+    wholes: list[str] | None = None
+    for at, value in enumerate(values):
+        if len(value) >= _WHOLE_CHARS_LEAST and _WHOLE_ENCODED.fullmatch(value):
+            whole = _whole_decoded(value)
+            if whole is not None:
+                wholes = wholes or values[:]
+                wholes[at] = whole
+    return values, None if wholes is None else "&".join(wholes), unreadable
 
 
-_WHOLE_ENCODED = re.compile(r"(?=[^A-Za-z]*[A-Za-z])[A-Za-z0-9+_-]{6,}={0,2}")
+# A value that may be hex, base32 or base64 as a whole (less a file extension, `<base64>.png`):
+# with a letter, and a digit or a capital, as such encodings of text have and a word in a
+# link's path has not.
+_WHOLE_CHARS_LEAST = 6
+_WHOLE_ENCODED = re.compile(
+    r"((?=[^A-Za-z]*[A-Za-z])(?=.*[0-9A-Z])[A-Za-z0-9+_-]{6,})=*(?:\.[A-Za-z][A-Za-z0-9]{0,4})?"
+)
 _WHOLE_B32 = re.compile(r"[A-Z2-7]+|[a-z2-7]+")
 _WHOLE_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
 
 
 def _whole_decoded(value: str) -> str | None:
-    """A value (less a file extension: `<base64>.png`) of 6 or more characters with a letter
-    that is hex, base32 or base64 as a whole (tried in that order), decoded when it decodes to
-    printable text, and decoded again while it does (`LINK_DECODE_LAYERS` deep)."""
+    """A value that is hex, base32 or base64 as a whole (`_WHOLE_ENCODED`, tried in that
+    order), decoded when it decodes to plain text (`_PLAIN_TEXT`), and decoded again while it
+    does (`LINK_DECODE_LAYERS` deep)."""
     decoded = None
     for _ in range(LINK_DECODE_LAYERS):
-        once = _whole_decoded_once(_EXTENSION.sub("", value))
+        encoded = _WHOLE_ENCODED.fullmatch(value)
+        once = None if encoded is None else _whole_decoded_once(encoded[1])
         if once is None:
             break
         decoded = value = once
     return decoded
 
 
-def _whole_decoded_once(value: str) -> str | None:
-    if not _WHOLE_ENCODED.fullmatch(value):
-        return None
-    body = value.rstrip("=")
-    decodings: list[Callable[[], bytes]] = []
+def _whole_decoded_once(body: str) -> str | None:
     if _WHOLE_HEX.fullmatch(body):
-        decodings.append(lambda: bytes.fromhex(body))
-    if len(body) % 8 in _B32_TAILS and _WHOLE_B32.fullmatch(body):
-        decodings.append(lambda: base64.b32decode(body + "=" * (-len(body) % 8), casefold=True))
-    if len(body) % 4 != 1:
-        padded = body.replace("-", "+").replace("_", "/") + "=" * (-len(body) % 4)
-        decodings.append(lambda: base64.b64decode(padded))
-    for decode in decodings:
-        # (Printable UTF-8 only: a short word's bytes often pass `_as_text`'s 3/4 printable.)
-        with contextlib.suppress(binascii.Error, ValueError):
-            text = decode().decode("utf-8")
-            if text.isprintable():
+        text = _plain_text(bytes.fromhex(body))
+        if text is not None:
+            return text
+    try:
+        if len(body) % 8 in _B32_TAILS and _WHOLE_B32.fullmatch(body):
+            text = _plain_text(base64.b32decode(body + "=" * (-len(body) % 8), casefold=True))
+            if text is not None:
                 return text
+        if len(body) % 4 != 1:
+            padded = body.replace("-", "+").replace("_", "/") + "=" * (-len(body) % 4)
+            return _plain_text(binascii.a2b_base64(padded))
+    except binascii.Error:
+        pass
     return None
 
 
-# Values joined two by two (`_joined_pairs`): tokens (a key's halves), and a local part with
-# a domain (an address's).
-_TOKEN = re.compile(r"[A-Za-z0-9+_-]{4,}={0,2}")
-_LETTERS = re.compile(r"[A-Za-z]")
+def _plain_text(data: bytes) -> str | None:
+    if data.isascii():
+        text = data.decode("ascii")
+        if _PLAIN_TEXT.fullmatch(text):
+            return text
+    return None
+
+
+# What a value decoded as a whole must read as to be taken: letters, digits, spaces and the
+# punctuation of numbers, names and addresses. The bytes a short id or a word of a path
+# decodes to are that only by chance (`L10-L24`, a line anchor, is printable as base64).
+_PLAIN_TEXT = re.compile(r"[\w .,:;@+/=#-]+", re.ASCII)
+
+
+# Values joined two by two (`_joined_pairs`): tokens (a key's halves) as long as the shortest
+# provider keys (AWS's access key id), and a local part with a domain (an address's).
+_TOKEN = re.compile(r"[A-Za-z0-9+_-]+={0,2}")
+_KEY_CHARS_LEAST = 20
+# A word of a path (`blob`, `getting-started`): not half of a key (which has capitals, digits
+# or a prefix's separator), so a word and an id next to it are not run together.
+_WORD = re.compile(r"[a-z]+(?:[-_][a-z]+)*")
+_LETTER_ASCII = re.compile(r"[A-Za-z]")
+_DIGIT_ASCII = re.compile(r"[0-9]")
 _LOCAL_PART = re.compile(r"[A-Za-z0-9._%+-]{1,64}")
 _DOMAIN_NAME = re.compile(r"(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}")
 
 
 def _joined_pairs(values: list[str]) -> str:
-    """A link's values read two by two as one, a pair a line: two tokens of 4 or more letters
-    and digits (one with a letter) run together (`?a=AKIAZ7Q3K5&b=M2N8P4R6T1`), a local part
-    and a domain joined by `@` (`?u=alice.smith&d=corp.example`). Numbers are joined by
-    `_split_values`, which weighs their joins as cards. At most twice the link's length."""
+    """A link's values read two by two as one, a pair a line: two tokens, neither a word, run
+    together into one of `_KEY_CHARS_LEAST` or more letters and digits, with both
+    (`?a=AKIAZ7Q3K5&b=M2N8…`, `/<half>/<half>.png`); a local part and a domain joined by `@`
+    (`?u=alice.smith&d=corp.example`). Numbers are joined by `_split_values`, which weighs
+    their joins as cards. At most twice the link's length."""
     lines: list[str] = []
     for first, second in itertools.pairwise(values):
-        bare = _EXTENSION.sub("", second)  # (`/<half>/<half>.png`)
-        if _TOKEN.fullmatch(first) and _TOKEN.fullmatch(bare):
-            if _LETTERS.search(first) or _LETTERS.search(bare):
-                lines.append(first + bare)
-        elif _LOCAL_PART.fullmatch(first) and _DOMAIN_NAME.fullmatch(second):
+        if len(first) + len(second) >= _KEY_CHARS_LEAST:
+            joined = first + _EXTENSION.sub("", second)
+            if (
+                len(joined) >= _KEY_CHARS_LEAST
+                and not (_WORD.fullmatch(first) or _WORD.fullmatch(second))
+                and _TOKEN.fullmatch(joined)
+                and _LETTER_ASCII.search(joined)
+                and _DIGIT_ASCII.search(joined)
+            ):
+                lines.append(joined)
+                continue
+        if (
+            "." in second
+            and _LOCAL_PART.fullmatch(first)
+            and _DOMAIN_NAME.fullmatch(second)
+            and second.rpartition(".")[2].lower() not in _FILE_EXTENSIONS  # (`src/a.py`)
+        ):
             lines.append(f"{first}@{second}")
     return "\n".join(lines)
 
@@ -620,8 +660,10 @@ _DIGIT_WORDS_BY_LANGUAGE = (
     ("ноль", "один", "два", "три", "четыре", "пять", "шесть", "семь", "восемь", "девять"),
 )
 # Other spellings: without accents, spoken (`zwo`), feminine (`une`, `duas`, `одна`).
-_DIGIT_OTHER_WORDS = {"fuenf": "5", "funf": "5", "zwo": "2", "une": "1", "duas": "2"}
-_DIGIT_OTHER_WORDS |= {"нуль": "0", "одна": "1", "две": "2"}
+_DIGIT_OTHER_WORDS = {
+    "fuenf": "5", "funf": "5", "zwo": "2", "une": "1", "duas": "2",
+    "нуль": "0", "одна": "1", "две": "2",
+}  # fmt: skip
 _DIGIT_OF = {
     word: str(digit) for words in _DIGIT_WORDS_BY_LANGUAGE for digit, word in enumerate(words)
 } | _DIGIT_OTHER_WORDS
@@ -633,16 +675,19 @@ _SPELLED = re.compile(
 )
 _DIGIT_WORD_RE = re.compile(_DIGIT_WORD)
 _WORD_SEPARATORS = "-+_.,% \t\n"
-# Nine words without separators: 18 letters at least (`un`, `um`).
+# Nine words without separators: 18 letters at least (`un`, `um`); ASCII's searched faster.
 _LONG_LETTERS = re.compile(f"{_LETTER}{{18}}")
+_LONG_LETTERS_ASCII = re.compile("[A-Za-z]{18}")
 
 
 def _spelled_digits(link: str) -> Iterator[str]:
     """The digits a link spells as words (`four-one-one-one-…`, `vier-eins-…`), as a number
     (`number 4111…`): a number spelled out is one, whatever its grouping (a phone number's
     digits are read as one only where the text says it is a number)."""
-    if sum(map(link.count, _WORD_SEPARATORS)) < 8 and not _LONG_LETTERS.search(link):
-        return  # (nine words need eight separators, or are 18 letters in a row)
+    if sum(map(link.count, _WORD_SEPARATORS)) < 8:
+        letters = _LONG_LETTERS_ASCII if link.isascii() else _LONG_LETTERS
+        if not letters.search(link):
+            return  # (nine words need eight separators, or are 18 letters in a row)
     for spelled in _SPELLED.finditer(link.lower()):
         yield "number " + "".join(_DIGIT_OF[w] for w in _DIGIT_WORD_RE.findall(spelled[0]))
 
@@ -744,7 +789,8 @@ def _as_text(data: bytes) -> str | None:
 
 class LinkScan(NamedTuple):
     """What a text's links carry encoded (`scan_links`): the PII and secret hits in their
-    decoded forms, each spanning its whole link, and where the first link too long to decode
+    decoded forms (and a `secret.entropy` hit for a link nested in more URL encoding than is
+    decoded), each spanning its whole link, and where the first link too long to decode
     starts (None: none is)."""
 
     findings: list[Finding]
@@ -757,7 +803,7 @@ _LINK_FAMILIES: tuple[Category, ...] = ("pii", "secret")
 _GUESSES = frozenset({"secret.entropy", "secret.assignment"})
 # What a link nested in more URL encoding than is decoded counts as: data that cannot be read
 # and looks random (the entropy fallback's), so a rule on secrets withholds it.
-_UNREADABLE: dict[str, Any] = {"detector": "secret.entropy", "category": "secret"}
+_UNREADABLE = "secret.entropy"
 # The scans of the texts seen last (a reply is looked at by the text screen, then by the
 # message check): texts up to this long, at most this many.
 RECENT_LINK_CHARS = 4 * 1024
@@ -783,11 +829,16 @@ def scan_links(
         if end - start > max_link_chars:
             too_long_at = start if too_long_at is None else too_long_at
             continue
-        reading = read_link(text[start:end])
+        link = text[start:end]
+        reading = read_link(link)
         if reading.unreadable:  # (what it carries cannot be known: withheld, fail closed)
-            found.append(Finding(**_UNREADABLE, start=start, end=end, value=text[start:end]))
-        read = [(form, False) for form in reading.forms]
-        for form, joined in [*read, (reading.joins, True)] if reading.joins else read:
+            found.append(
+                Finding(detector=_UNREADABLE, category="secret", start=start, end=end, value=link)
+            )
+        texts = [(form, False) for form in reading.forms]
+        if reading.joins:
+            texts.append((reading.joins, True))
+        for form, joined in texts:
             forms.append(form)
             starts.append(at)
             owners.append((start, end, joined))

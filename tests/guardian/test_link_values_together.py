@@ -178,6 +178,24 @@ async def test_ordinary_links_of_ids_leave_a_reply_alone(reply: str) -> None:
     assert await _reply_decision(reply) == "allow"
 
 
+@pytest.mark.parametrize(
+    "link",
+    [
+        "https://github.com/pallets/flask/blob/4b825dc642cb6eb9a060e54bf8d69288fbee4904/src/a.py#L10-L24",
+        "https://www.youtube.com/watch?v=dQw4w9WgXcQ&t=42s",
+        "https://www.amazon.com/dp/B07XJ8C8F5/ref=sr_1_3?qid=1700000000&sr=8-3",
+        "https://docs.example.com/guide/getting-started?lang=en&v=2",
+    ],
+)
+def test_words_and_ids_next_to_each_other_are_not_read_together(link: str) -> None:
+    """A word of a path and an id beside it are not a key's halves, a file name is not an
+    address's domain, and a short id or anchor (`L10-L24`) is not base64 of text: such links
+    give the detectors nothing more to read."""
+    reading = read_link(link)
+    assert reading.joins == ""
+    assert not any(form.startswith("https:&") for form in reading.forms), reading.forms
+
+
 def test_random_ids_read_two_by_two_are_never_read_as_a_secret() -> None:
     """Adjacent values of random letters and digits (ids, slugs, hashes, each too short to
     look random alone), 300 links of four: their joins are looked at only by the detectors
