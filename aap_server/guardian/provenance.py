@@ -41,6 +41,7 @@ from typing import Any
 import msgspec
 
 from aap_server import aos
+from aap_server.guardian import native
 from aap_server.guardian.detectors._views import INVISIBLE
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.policy import tool_name_matches
@@ -207,15 +208,25 @@ def _parts_prints(text: str) -> Collection[int]:
     the parts between spaces and delimiters, each stripped of edge punctuation, normalised,
     of at least `MIN_VALUE_CHARS`."""
     if not text.isascii():
-        parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
-        return fingerprints(
-            [
-                _normal(part).encode("utf-8", "surrogatepass")
-                for part in parts
-                if len(part) >= MIN_VALUE_CHARS
-            ]
-        )
-    # ASCII: the delimiters made spaces by one translation (the words are joined by spaces
+        return _parts_prints_unicode(text)
+    found = native.NATIVE.parts_prints(text) if native.NATIVE is not None else None
+    return _parts_prints_ascii(text) if found is None else found  # (C: no object per part)
+
+
+def _parts_prints_unicode(text: str) -> list[int]:
+    parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
+    return fingerprints(
+        [
+            _normal(part).encode("utf-8", "surrogatepass")
+            for part in parts
+            if len(part) >= MIN_VALUE_CHARS
+        ]
+    )
+
+
+def _parts_prints_ascii(text: str) -> list[int]:
+    """`_parts_prints` of ASCII text in Python (`_native.parts_prints` in C)."""
+    # The delimiters made spaces by one translation (the words are joined by spaces
     # and hold no whitespace of their own), cut by a C-level split that makes no empty part
     # of a run of them (`},{`), each distinct part stripped (JSON's `"key":value` leaves
     # `:value`) and hashed as bytes (what is hashed): no string is made of a part.
@@ -323,6 +334,10 @@ _AMOUNT_SHAPES = tuple(re.compile(shape) for shape in (b"aa0", b"0aa", b"0,0"))
 def _amount_prints(lowered: str) -> list[int]:
     """Fingerprints of the numbers a lower-cased text spells (`_amounts`)."""
     if lowered.isascii():
+        if native.NATIVE is not None and "'" not in lowered:  # (one C pass: no object per run)
+            spelled = native.NATIVE.amount_prints(lowered)
+            if spelled is not None:
+                return spelled
         # (Spelled out: a loop over the characters and shapes costs more than the searches
         # in a short text, which most are.)
         if "$" not in lowered and "=" not in lowered and "\\" not in lowered:

@@ -1,0 +1,18 @@
+"""The guardian's hot primitives in C (`_native.c`); selected by `aap_server.guardian.native`.
+None from a function: its hash set met too many collisions (the caller runs Python)."""
+
+from collections.abc import Sequence
+
+def fingerprints(chunks: Sequence[bytes], /) -> list[int]:
+    """`fingerprints.fingerprint` of each chunk, in order."""
+
+def parts_prints(text: str, /) -> list[int] | None:
+    """`provenance._parts_prints` of ASCII text: its distinct fingerprints (ValueError for
+    other text)."""
+
+def distinct_runs(data: bytes, table: bytes, delete: bytes = b"", /) -> set[bytes] | None:
+    """`set(data.translate(table, delete).split())`."""
+
+def amount_prints(text: str, /) -> list[int] | None:
+    """`provenance._amount_prints` of ASCII text without an apostrophe (which may be a group
+    mark): its distinct fingerprints (ValueError for other text)."""
