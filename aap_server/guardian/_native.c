@@ -296,12 +296,11 @@ run_hash(const unsigned char *p, Py_ssize_t n)
         p += 8;
         n -= 8;
     }
-    if (n > 0) {
-        uint64_t word = 0;
-        memcpy(&word, p, (size_t)n);
-        h ^= word;
+    uint64_t word = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        word |= (uint64_t)p[k] << (8 * k);
     }
-    return fmix64(h);
+    return fmix64(h ^ word);
 }
 
 static inline void
@@ -318,15 +317,30 @@ runset_place(RunSet *r, Py_ssize_t start, Py_ssize_t size, uint64_t hash)
     r->count++;
 }
 
-/* 1 if added, 0 if there already, -1 on MemoryError, TOO_MANY_COLLISIONS. */
-static int
+static inline int
+same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n)
+{
+    if (n > 16) {
+        return memcmp(a, b, (size_t)n) == 0;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (a[k] != b[k]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* 1 if added, 0 if there already, -1 on MemoryError, TOO_MANY_COLLISIONS. (Not inlined:
+ * the loop that calls it keeps its registers.) */
+Py_NO_INLINE static int
 runset_add(RunSet *r, const unsigned char *buffer, Py_ssize_t start, Py_ssize_t size)
 {
     uint64_t hash = run_hash(buffer + start, size);
     size_t i = (size_t)hash & r->mask;
     while (r->starts[i] != -1) {
         if (r->hashes[i] == hash && r->sizes[i] == size &&
-            memcmp(buffer + r->starts[i], buffer + start, (size_t)size) == 0) {
+            same_bytes(buffer + r->starts[i], buffer + start, size)) {
             return 0;
         }
         i = (i + 1) & r->mask;
@@ -525,6 +539,52 @@ native_parts_prints(PyObject *module, PyObject *text)
 /* bytes.split's whitespace (Py_ISSPACE of an ASCII byte). */
 static unsigned char is_space[256];
 
+/* `source` translated by `table` into `out`, the bytes marked in `deleted` (if given) left
+ * out: how many bytes it wrote. (Locals and `restrict`: a store through a char pointer
+ * would otherwise make the compiler reload everything at every byte.) */
+static Py_ssize_t
+translate(unsigned char *restrict out, const unsigned char *restrict source, Py_ssize_t n,
+          const unsigned char *restrict table, const unsigned char *restrict deleted)
+{
+    if (deleted == NULL) {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            out[k] = table[source[k]];
+        }
+        return n;
+    }
+    Py_ssize_t size = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned char c = source[k];
+        out[size] = table[c];
+        size += !deleted[c];
+    }
+    return size;
+}
+
+/* The runs of `buffer` between whitespace added to `runs`: 0, -1 on MemoryError, or
+ * TOO_MANY_COLLISIONS. */
+static int
+add_runs(RunSet *runs, const unsigned char *buffer, Py_ssize_t size)
+{
+    Py_ssize_t i = 0;
+    while (i < size) {
+        while (i < size && is_space[buffer[i]]) {
+            i++;
+        }
+        Py_ssize_t start = i;
+        while (i < size && !is_space[buffer[i]]) {
+            i++;
+        }
+        if (i > start) {
+            int added = runset_add(runs, buffer, start, i - start);
+            if (added < 0) {
+                return added;
+            }
+        }
+    }
+    return 0;
+}
+
 static PyObject *
 native_distinct_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -561,35 +621,18 @@ native_distinct_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t k = 0; k < data.len; k++) {
-        unsigned char c = ((const unsigned char *)data.buf)[k];
-        if (!deleted[c]) {
-            mapped[size++] = ((const unsigned char *)table.buf)[c];
-        }
-    }
+    size = translate(mapped, data.buf, data.len, table.buf, nargs == 3 ? deleted : NULL);
     if (runset_init(&runs, (size_t)(size < (1 << 20) ? size : (1 << 20)) / 16) < 0) {
         goto done;
     }
-    Py_ssize_t i = 0;
-    while (i < size) {
-        while (i < size && is_space[mapped[i]]) {
-            i++;
-        }
-        Py_ssize_t start = i;
-        while (i < size && !is_space[mapped[i]]) {
-            i++;
-        }
-        if (i > start) {
-            int added = runset_add(&runs, mapped, start, i - start);
-            if (added == TOO_MANY_COLLISIONS) {
-                result = Py_None;
-                Py_INCREF(result);
-                goto done;
-            }
-            if (added < 0) {
-                goto done;
-            }
-        }
+    int added = add_runs(&runs, mapped, size);
+    if (added == TOO_MANY_COLLISIONS) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    if (added < 0) {
+        goto done;
     }
     result = PySet_New(NULL);
     if (result == NULL) {
