@@ -377,19 +377,19 @@ runset_add(RunSet *r, const unsigned char *buffer, Py_ssize_t start, Py_ssize_t 
 static PyObject *
 native_fingerprints(PyObject *module, PyObject *chunks)
 {
-    PyObject *seq = PySequence_Fast(chunks, "fingerprints() takes a sequence of bytes");
+    /* A tuple: a snapshot no buffer export (which may run Python code) can change. */
+    PyObject *seq = PySequence_Tuple(chunks);
     if (seq == NULL) {
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         Py_DECREF(seq);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = items[i];
+        PyObject *item = PyTuple_GET_ITEM(seq, i); /* (held by the tuple) */
         uint64_t print;
         if (PyBytes_CheckExact(item)) {
             print = fingerprint_of((const unsigned char *)PyBytes_AS_STRING(item),

@@ -214,6 +214,7 @@ def _parts_prints(text: str) -> Collection[int]:
 
 
 def _parts_prints_unicode(text: str) -> list[int]:
+    """`_parts_prints` of text with other than ASCII characters."""
     parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
     return fingerprints(
         [
