@@ -7,6 +7,7 @@
  * - parts_prints(text): provenance._parts_prints of ASCII text.
  * - distinct_runs(data, table, delete=b''): set(data.translate(table, delete).split()).
  * - amount_prints(text): provenance._amount_prints of ASCII text without an apostrophe.
+ * - merge_prints(prints, values, epoch): the dict work of fingerprints.Prints.add_all.
  *
  * Every input is attacker-controlled text: each read is bounded by the length Python gives,
  * the work is one pass (plus hash-set upkeep, amortised constant per item), no recursion.
@@ -950,6 +951,49 @@ native_amount_prints(PyObject *module, PyObject *text)
     return out;
 }
 
+/* --- merge_prints(prints, values, epoch) ---------------------------------------------------- */
+
+/* The core of fingerprints.Prints.add_all: each value of the list moved to (or put at) the end
+ * of the dict, mapped to `epoch`, one after the other (so a value the list repeats ends up
+ * where it occurs last). Returns (how many distinct values were not already mapped to
+ * `epoch`, whether any was not in the dict at all). */
+static PyObject *
+native_merge_prints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "merge_prints(dict, list, epoch)");
+        return NULL;
+    }
+    PyObject *prints = args[0], *values = args[1], *epoch = args[2];
+    Py_ssize_t touched = 0;
+    int fresh = 0;
+    /* (The size read each time and the value held: a key's __eq__ may run Python code.) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        Py_INCREF(value);
+        PyObject *last = PyDict_GetItemWithError(prints, value); /* (borrowed) */
+        int failed = 0;
+        if (last == NULL) {
+            failed = PyErr_Occurred() != NULL;
+            fresh = 1;
+            touched++;
+        }
+        else {
+            Py_INCREF(last);
+            int same = PyObject_RichCompareBool(last, epoch, Py_EQ);
+            Py_DECREF(last);
+            failed = same < 0 || PyDict_DelItem(prints, value) < 0;
+            touched += !same;
+        }
+        failed = failed || PyDict_SetItem(prints, value, epoch) < 0;
+        Py_DECREF(value);
+        if (failed) {
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(nO)", touched, fresh ? Py_True : Py_False);
+}
+
 /* --- the module --------------------------------------------------------------------------- */
 
 static PyMethodDef native_methods[] = {
@@ -964,6 +1008,8 @@ static PyMethodDef native_methods[] = {
     {"amount_prints", native_amount_prints, METH_O,
      "amount_prints(text) -> list[int] | None: provenance._amount_prints of ASCII text "
      "without an apostrophe (distinct fingerprints; None: too many hash collisions)."},
+    {"merge_prints", (PyCFunction)(void (*)(void))native_merge_prints, METH_FASTCALL,
+     "merge_prints(prints, values, epoch) -> (int, bool): the core of Prints.add_all."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,6 +30,10 @@ class Primitives(Protocol):
 
     def amount_prints(self, text: str, /) -> list[int] | None: ...
 
+    def merge_prints(
+        self, prints: dict[int, int], values: list[int], epoch: int, /
+    ) -> tuple[int, bool]: ...
+
 
 def _built() -> Primitives | None:
     try:

@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 
 from aap_server.guardian import native, provenance
 from aap_server.guardian.detectors import _views, pii, scan_all, secret_formats
-from aap_server.guardian.fingerprints import fingerprint, fingerprints, fingerprints_in_python
+from aap_server.guardian.fingerprints import (
+    Prints,
+    fingerprint,
+    fingerprints,
+    fingerprints_in_python,
+)
 from aap_server.guardian.memory import SessionFacts
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
@@ -172,6 +177,36 @@ def test_fingerprints_refuse_text_as_zlib_does() -> None:
         BUILT.fingerprints(["text"])  # type: ignore[list-item]
     with pytest.raises(TypeError):
         fingerprints_in_python(["text"])  # type: ignore[list-item]
+
+
+# A session's bounded set of fingerprints: values from a small range (so that steps repeat
+# values and meet known ones), limits small enough to forget, a take between steps or not.
+_PRINTS_STEPS = st.lists(
+    st.tuples(st.lists(st.integers(0, 40) | st.just(2**64 - 1), max_size=30), st.booleans()),
+    max_size=12,
+)
+
+
+def _prints_after(limit: int, steps: list[tuple[list[int], bool]]) -> list[Any]:
+    """What a `Prints` says along the steps: each `add_all`'s answer, the values taken."""
+    prints = Prints(limit)
+    seen: list[Any] = []
+    for values, take in steps:
+        seen.append(prints.add_all(values))
+        seen.append(prints.touched())
+        if take:
+            seen.append(prints.take_touched())
+    seen += [prints.values(), prints.saturated, prints.take_touched(), len(prints)]
+    return seen
+
+
+@PROPERTY
+@given(st.integers(0, 50), _PRINTS_STEPS)
+def test_prints_take_values_in_as_the_pythons(
+    limit: int, steps: list[tuple[list[int], bool]]
+) -> None:
+    with_c, in_python = both(_prints_after, limit, steps)
+    assert with_c == in_python
 
 
 # --- provenance: parts, amounts, words ------------------------------------------------------
