@@ -6,6 +6,7 @@
  *   both computed here bit for bit as zlib does (no zlib linked: its headers may be absent).
  * - parts_prints(text): provenance._parts_prints of ASCII text.
  * - distinct_runs(data, table, delete=b''): set(data.translate(table, delete).split()).
+ * - distinct_words(text): set(text.split()) of ASCII text.
  * - amount_prints(text): provenance._amount_prints of ASCII text without an apostrophe.
  * - merge_prints(prints, values, epoch): the dict work of fingerprints.Prints.add_all.
  *
@@ -696,6 +697,72 @@ done:
     return result;
 }
 
+/* --- distinct_words(text) ------------------------------------------------------------------ */
+
+/* str.split's whitespace among ASCII characters. */
+static unsigned char is_str_space[128];
+
+static PyObject *
+native_distinct_words(PyObject *module, PyObject *text)
+{
+    Py_ssize_t n;
+    const unsigned char *s = ascii_of(text, &n);
+    if (s == NULL) {
+        return NULL;
+    }
+    RunSet words;
+    if (runset_init(&words, (size_t)(n < (1 << 20) ? n : (1 << 20)) / 16) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t i = 0;
+    for (;;) {
+        while (i < n && is_str_space[s[i]]) {
+            i++;
+        }
+        if (i >= n) {
+            break;
+        }
+        Py_ssize_t start = i;
+        uint64_t h = hash_key, word = 0;
+        unsigned shift = 0;
+        while (i < n && !is_str_space[s[i]]) {
+            word |= (uint64_t)s[i++] << shift;
+            shift += 8;
+            if (shift == 64) {
+                h = run_hash_step(h, word);
+                word = 0;
+                shift = 0;
+            }
+        }
+        int added = runset_add(&words, s, start, i - start, run_hash_end(h, word, i - start));
+        if (added == TOO_MANY_COLLISIONS) {
+            runset_free(&words);
+            Py_RETURN_NONE;
+        }
+        if (added < 0) {
+            runset_free(&words);
+            return NULL;
+        }
+    }
+    result = PySet_New(NULL);
+    for (size_t k = 0; result != NULL && k <= words.mask; k++) {
+        if (words.starts[k] == -1) {
+            continue;
+        }
+        PyObject *found = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, s + words.starts[k],
+                                                    words.sizes[k]);
+        if (found == NULL || PySet_Add(result, found) < 0) {
+            Py_XDECREF(found);
+            Py_CLEAR(result);
+            break;
+        }
+        Py_DECREF(found);
+    }
+    runset_free(&words);
+    return result;
+}
+
 /* --- amount_prints(text) -------------------------------------------------------------------- */
 
 /* provenance._NUMBER on ASCII text (its group mark is not ASCII):
@@ -1005,6 +1072,9 @@ static PyMethodDef native_methods[] = {
     {"distinct_runs", (PyCFunction)(void (*)(void))native_distinct_runs, METH_FASTCALL,
      "distinct_runs(data, table, delete=b'') -> set[bytes] | None: "
      "set(data.translate(table, delete).split()) (None: too many hash collisions)."},
+    {"distinct_words", native_distinct_words, METH_O,
+     "distinct_words(text) -> set[str] | None: set(text.split()) of ASCII text (None: too "
+     "many hash collisions)."},
     {"amount_prints", native_amount_prints, METH_O,
      "amount_prints(text) -> list[int] | None: provenance._amount_prints of ASCII text "
      "without an apostrophe (distinct fingerprints; None: too many hash collisions)."},
@@ -1045,6 +1115,10 @@ PyInit__native(void)
     const char *spaces = " \t\n\r\x0b\x0c";
     for (const char *c = spaces; *c; c++) {
         is_space[(unsigned char)*c] = 1;
+        is_str_space[(unsigned char)*c] = 1;
+    }
+    for (int c = 0x1c; c <= 0x1f; c++) {
+        is_str_space[c] = 1;
     }
     return PyModule_Create(&native_module);
 }

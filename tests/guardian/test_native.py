@@ -229,6 +229,13 @@ def test_amount_prints_are_the_pythons(text: str) -> None:
 
 
 @PROPERTY
+@given(ascii_texts)
+def test_distinct_words_are_the_set_of_the_split(text: str) -> None:
+    assert BUILT is not None
+    assert BUILT.distinct_words(text) == set(text.split())
+
+
+@PROPERTY
 @given(any_texts, st.booleans())
 def test_words_of_a_text_are_the_pythons(text: str, values_only: bool) -> None:
     with_c, in_python = both(provenance.words_of, text, values_only)
@@ -260,12 +267,12 @@ def test_what_parts_and_amounts_read_spelled_out() -> None:
 
 def test_the_c_functions_refuse_other_text() -> None:
     assert BUILT is not None
-    for function in (BUILT.parts_prints, BUILT.amount_prints):
+    for function in (BUILT.parts_prints, BUILT.amount_prints, BUILT.distinct_words):
         with pytest.raises(ValueError, match="ASCII"):
             function("café 9731")
         with pytest.raises(TypeError):
             function(b"9731")  # type: ignore[arg-type]
-        assert function("") == []
+        assert not function("")
     with pytest.raises(ValueError, match="apostrophe"):
         BUILT.amount_prints("1'200.50")
 
@@ -381,12 +388,16 @@ class _GivesUp:
     def amount_prints(self, text: str) -> None:
         return None
 
+    def distinct_words(self, text: str) -> None:
+        return None
+
 
 def test_a_c_function_that_gives_up_leaves_the_work_to_python(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     text = '{"id":"ord_000060","total":9731.50,"note":"pay eur9,731 to bob@x.example"}' * 20
-    expected = both(provenance.words_of, text, True)[1], both(scan_all, text)[1]
+    expected = [both(provenance.words_of, text, v)[1] for v in (False, True)]
+    findings = both(scan_all, text)[1]
     monkeypatch.setattr(native, "NATIVE", _GivesUp(BUILT))
-    assert set(provenance.words_of(text, True)) == set(expected[0])
-    assert scan_all(text) == expected[1]
+    assert [set(provenance.words_of(text, v)) for v in (False, True)] == list(map(set, expected))
+    assert scan_all(text) == findings
