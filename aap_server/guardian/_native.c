@@ -92,8 +92,8 @@ static inline uint64_t
 fingerprint_of(const unsigned char *p, Py_ssize_t n)
 {
     if (n < 16) {
-        /* Both at once, a byte a step (a word or a value: most of what is hashed): the two
-         * chains of dependent steps overlap. No modulo needed this short. */
+        /* A word or a value (most of what is hashed): the CRC four bytes a step, then the
+         * Adler sums, which 15 bytes cannot take past their modulus before the end. */
         uint32_t c = 0xFFFFFFFFu, a = 1, b = 0;
         Py_ssize_t i = 0;
         for (; i + 4 <= n; i += 4) { /* (four bytes a step: "slicing by 4") */
@@ -135,6 +135,14 @@ fmix64(uint64_t k)
     k *= 0xc4ceb9fe1a85ec53ULL;
     k ^= k >> 33;
     return k;
+}
+
+/* How many items a set starts with room for, for a text of `n` characters: one every 16
+ * (a word, a part), which most texts do not outgrow; past a megabyte it grows as it must. */
+static size_t
+expected_items(Py_ssize_t n)
+{
+    return (size_t)(n < (1 << 20) ? n : (1 << 20)) / 16;
 }
 
 static size_t
@@ -340,7 +348,8 @@ same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n)
 }
 
 /* 1 if added, 0 if there already, -1 on MemoryError, TOO_MANY_COLLISIONS; `hash` is the
- * run's `run_hash`. (Not inlined: the loop that calls it keeps its registers.) */
+ * run's (`run_hash_step`, `run_hash_end`). (Not inlined: its callers' loops keep their
+ * registers.) */
 Py_NO_INLINE static int
 runset_add(RunSet *r, const unsigned char *buffer, Py_ssize_t start, Py_ssize_t size,
            uint64_t hash)
@@ -423,16 +432,28 @@ native_fingerprints(PyObject *module, PyObject *chunks)
 /* --- parts_prints(text) ------------------------------------------------------------------- */
 
 /* What `provenance._parts_prints` cuts ASCII text at: bytes.split's whitespace and
- * provenance._DELIMITERS; and provenance._EDGE, stripped from each part's ends. */
+ * provenance._DELIMITERS; and provenance._EDGE, stripped from each part's ends. And what
+ * `distinct_runs` and `distinct_words` split at: bytes.split's whitespace (Py_ISSPACE of a
+ * byte), and str.split's among ASCII characters. */
 static unsigned char is_cut[256];
 static unsigned char is_edge[256];
+static unsigned char is_space[256];
+static unsigned char is_str_space[256];
 
 static void
 classes_init(void)
 {
-    const char *cuts = " \t\n\r\x0b\x0c\"'<>()[]{},;!?`|*";
+    const char *spaces = " \t\n\r\x0b\x0c";
+    const char *delimiters = "\"'<>()[]{},;!?`|*";
     const char *edges = ".:#@/-_=+";
-    for (const char *c = cuts; *c; c++) {
+    for (const char *c = spaces; *c; c++) {
+        is_space[(unsigned char)*c] = is_str_space[(unsigned char)*c] = 1;
+        is_cut[(unsigned char)*c] = 1;
+    }
+    for (int c = 0x1c; c <= 0x1f; c++) {
+        is_str_space[c] = 1;
+    }
+    for (const char *c = delimiters; *c; c++) {
         is_cut[(unsigned char)*c] = 1;
     }
     for (const char *c = edges; *c; c++) {
@@ -490,8 +511,7 @@ native_parts_prints(PyObject *module, PyObject *text)
         return NULL;
     }
     PrintSet seen;
-    /* (Sized for a part every 16 characters, which a text seldom outgrows.) */
-    if (printset_init(&seen, (size_t)(n < (1 << 20) ? n : (1 << 20)) / 16) < 0) {
+    if (printset_init(&seen, expected_items(n)) < 0) {
         return NULL;
     }
     Py_ssize_t i = 0;
@@ -544,8 +564,6 @@ native_parts_prints(PyObject *module, PyObject *text)
 
 /* --- distinct_runs(data, table, delete=b'') ---------------------------------------------- */
 
-/* bytes.split's whitespace (Py_ISSPACE of an ASCII byte). */
-static unsigned char is_space[256];
 
 /* `source` translated by `table` into `out`, the bytes marked in `deleted` (if given) left
  * out: how many bytes it wrote. (Locals and `restrict`: a store through a char pointer
@@ -574,14 +592,15 @@ translate(unsigned char *restrict out, const unsigned char *restrict source, Py_
     return size;
 }
 
-/* The runs of `buffer` between whitespace added to `runs`: 0, -1 on MemoryError, or
- * TOO_MANY_COLLISIONS. */
+/* The runs of `buffer` between the bytes marked in `spaces` added to `runs`: 0, -1 on
+ * MemoryError, or TOO_MANY_COLLISIONS. */
 static int
-add_runs(RunSet *runs, const unsigned char *buffer, Py_ssize_t size)
+add_runs(RunSet *runs, const unsigned char *buffer, Py_ssize_t size,
+         const unsigned char *spaces)
 {
     Py_ssize_t i = 0;
     for (;;) {
-        while (i < size && is_space[buffer[i]]) {
+        while (i < size && spaces[buffer[i]]) {
             i++;
         }
         if (i >= size) {
@@ -590,7 +609,7 @@ add_runs(RunSet *runs, const unsigned char *buffer, Py_ssize_t size)
         Py_ssize_t start = i;
         uint64_t h = hash_key, word = 0;
         unsigned shift = 0;
-        while (i < size && !is_space[buffer[i]]) {
+        while (i < size && !spaces[buffer[i]]) {
             word |= (uint64_t)buffer[i++] << shift;
             shift += 8;
             if (shift == 64) {
@@ -651,10 +670,10 @@ native_distinct_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     size = translate(mapped, data.buf, data.len, table.buf, nargs == 3 ? deleted : NULL);
-    if (runset_init(&runs, (size_t)(size < (1 << 20) ? size : (1 << 20)) / 16) < 0) {
+    if (runset_init(&runs, expected_items(size)) < 0) {
         goto done;
     }
-    int added = add_runs(&runs, mapped, size);
+    int added = add_runs(&runs, mapped, size, is_space);
     if (added == TOO_MANY_COLLISIONS) {
         result = Py_None;
         Py_INCREF(result);
@@ -699,9 +718,6 @@ done:
 
 /* --- distinct_words(text) ------------------------------------------------------------------ */
 
-/* str.split's whitespace among ASCII characters. */
-static unsigned char is_str_space[128];
-
 static PyObject *
 native_distinct_words(PyObject *module, PyObject *text)
 {
@@ -711,41 +727,18 @@ native_distinct_words(PyObject *module, PyObject *text)
         return NULL;
     }
     RunSet words;
-    if (runset_init(&words, (size_t)(n < (1 << 20) ? n : (1 << 20)) / 16) < 0) {
+    if (runset_init(&words, expected_items(n)) < 0) {
         return NULL;
     }
-    PyObject *result = NULL;
-    Py_ssize_t i = 0;
-    for (;;) {
-        while (i < n && is_str_space[s[i]]) {
-            i++;
-        }
-        if (i >= n) {
-            break;
-        }
-        Py_ssize_t start = i;
-        uint64_t h = hash_key, word = 0;
-        unsigned shift = 0;
-        while (i < n && !is_str_space[s[i]]) {
-            word |= (uint64_t)s[i++] << shift;
-            shift += 8;
-            if (shift == 64) {
-                h = run_hash_step(h, word);
-                word = 0;
-                shift = 0;
-            }
-        }
-        int added = runset_add(&words, s, start, i - start, run_hash_end(h, word, i - start));
+    int added = add_runs(&words, s, n, is_str_space);
+    if (added < 0) {
+        runset_free(&words);
         if (added == TOO_MANY_COLLISIONS) {
-            runset_free(&words);
             Py_RETURN_NONE;
         }
-        if (added < 0) {
-            runset_free(&words);
-            return NULL;
-        }
+        return NULL;
     }
-    result = PySet_New(NULL);
+    PyObject *result = PySet_New(NULL);
     for (size_t k = 0; result != NULL && k <= words.mask; k++) {
         if (words.starts[k] == -1) {
             continue;
@@ -1112,13 +1105,5 @@ PyInit__native(void)
     crc_init();
     classes_init();
     shapes_init();
-    const char *spaces = " \t\n\r\x0b\x0c";
-    for (const char *c = spaces; *c; c++) {
-        is_space[(unsigned char)*c] = 1;
-        is_str_space[(unsigned char)*c] = 1;
-    }
-    for (int c = 0x1c; c <= 0x1f; c++) {
-        is_str_space[c] = 1;
-    }
     return PyModule_Create(&native_module);
 }

@@ -265,6 +265,15 @@ def test_what_parts_and_amounts_read_spelled_out() -> None:
     assert provenance._amount_prints("version 1.2.3 of 2024-05-01") == []
 
 
+def test_every_currency_code_reads_as_in_python() -> None:
+    # The C code lists the codes again: each one, glued before and after a number.
+    for code in provenance._CURRENCY_CODES.split("|"):
+        text = f"{code}9731 9,731{code} {code}9.731,50x 9731{code}s x{code}12,000.00"
+        with_c, in_python = both(provenance._amount_prints, text)
+        assert sorted(with_c) == sorted(set(in_python)), code
+        assert with_c, code
+
+
 def test_the_c_functions_refuse_other_text() -> None:
     assert BUILT is not None
     for function in (BUILT.parts_prints, BUILT.amount_prints, BUILT.distinct_words):
