@@ -1031,21 +1031,22 @@ native_merge_prints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
         PyObject *value = PyList_GET_ITEM(values, i);
         Py_INCREF(value);
-        PyObject *last = PyDict_GetItemWithError(prints, value); /* (borrowed) */
-        int failed = 0;
-        if (last == NULL) {
-            failed = PyErr_Occurred() != NULL;
+        /* One look-up for a new value (most are): put in if absent, else the value kept. */
+        Py_ssize_t size = PyDict_GET_SIZE(prints);
+        PyObject *last = PyDict_SetDefault(prints, value, epoch); /* (borrowed) */
+        int failed = last == NULL;
+        if (!failed && PyDict_GET_SIZE(prints) > size) {
             fresh = 1;
             touched++;
         }
-        else {
+        else if (!failed) { /* known: moved to the end, mapped to `epoch` */
             Py_INCREF(last);
             int same = PyObject_RichCompareBool(last, epoch, Py_EQ);
             Py_DECREF(last);
-            failed = same < 0 || PyDict_DelItem(prints, value) < 0;
+            failed = same < 0 || PyDict_DelItem(prints, value) < 0 ||
+                     PyDict_SetItem(prints, value, epoch) < 0;
             touched += !same;
         }
-        failed = failed || PyDict_SetItem(prints, value, epoch) < 0;
         Py_DECREF(value);
         if (failed) {
             return NULL;
