@@ -10,6 +10,8 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from aap_server.guardian import native
+
 
 def fingerprint(data: bytes) -> int:
     """A stable 64-bit hash (two C-speed checksums: cheap enough to take at every offset of
@@ -24,9 +26,17 @@ _HALF = next(code for code in "IL" if array(code).itemsize == 4)  # 32-bit unsig
 
 
 def fingerprints(chunks: Sequence[bytes]) -> list[int]:
-    """`fingerprint` of each chunk, in order, by C-level passes over the batch (the two
-    checksums, then their pairing into 64-bit values in one buffer): no Python frame and no
-    shift or `or` per chunk, what hashing a text at every offset needs to stay cheap."""
+    """`fingerprint` of each chunk, in order: what hashing a text at every offset needs to
+    stay cheap (one C call, `native`; or `fingerprints_in_python`)."""
+    if native.NATIVE is not None:
+        return native.NATIVE.fingerprints(chunks)
+    return fingerprints_in_python(chunks)
+
+
+def fingerprints_in_python(chunks: Sequence[bytes]) -> list[int]:
+    """`fingerprints` by C-level passes over the batch (the two checksums, then their
+    pairing into 64-bit values in one buffer): no Python frame and no shift or `or` per
+    chunk."""
     halves = array(_HALF, bytes(8 * len(chunks)))
     halves[_CRC_HALF::2] = array(_HALF, map(zlib.crc32, chunks))
     halves[1 - _CRC_HALF :: 2] = array(_HALF, map(zlib.adler32, chunks))
@@ -95,6 +105,14 @@ class Prints:
         listed = values if isinstance(values, list) else list(values)
         if not listed:
             return False
+        if native.NATIVE is not None:  # (one C pass over the values, no set or pairs made)
+            touched, fresh = native.NATIVE.merge_prints(self._prints, listed, self._epoch)
+            self._touched += touched
+            self._forget_excess()
+            return fresh
+        return self._add_all_in_python(listed)
+
+    def _add_all_in_python(self, listed: list[int]) -> bool:
         prints, epoch = self._prints, self._epoch
         known = prints.keys() & listed
         if known:  # taken out, to go in again at the end; counted once if added since a take
@@ -108,11 +126,16 @@ class Prints:
             _consume(map(prints.__delitem__, ordered))
             prints.update(zip(ordered, itertools.repeat(epoch)))
         self._touched += added
+        self._forget_excess()
+        return len(known) < added
+
+    def _forget_excess(self) -> None:
+        """The oldest values past `limit` forgotten."""
+        prints = self._prints
         excess = len(prints) - self.limit
         if excess > 0:
             _consume(map(prints.__delitem__, list(itertools.islice(prints, excess))))
             self.saturated = True
-        return len(known) < added
 
     def meets(self, values: Iterable[int]) -> bool:
         """Whether any of `values` is remembered."""

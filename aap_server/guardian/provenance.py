@@ -41,6 +41,7 @@ from typing import Any
 import msgspec
 
 from aap_server import aos
+from aap_server.guardian import native
 from aap_server.guardian.detectors._views import INVISIBLE
 from aap_server.guardian.fingerprints import Prints, fingerprint, fingerprints
 from aap_server.guardian.policy import tool_name_matches
@@ -207,15 +208,26 @@ def _parts_prints(text: str) -> Collection[int]:
     the parts between spaces and delimiters, each stripped of edge punctuation, normalised,
     of at least `MIN_VALUE_CHARS`."""
     if not text.isascii():
-        parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
-        return fingerprints(
-            [
-                _normal(part).encode("utf-8", "surrogatepass")
-                for part in parts
-                if len(part) >= MIN_VALUE_CHARS
-            ]
-        )
-    # ASCII: the delimiters made spaces by one translation (the words are joined by spaces
+        return _parts_prints_unicode(text)
+    found = native.NATIVE.parts_prints(text) if native.NATIVE is not None else None
+    return _parts_prints_ascii(text) if found is None else found  # (C: no object per part)
+
+
+def _parts_prints_unicode(text: str) -> list[int]:
+    """`_parts_prints` of text with other than ASCII characters."""
+    parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
+    return fingerprints(
+        [
+            _normal(part).encode("utf-8", "surrogatepass")
+            for part in parts
+            if len(part) >= MIN_VALUE_CHARS
+        ]
+    )
+
+
+def _parts_prints_ascii(text: str) -> list[int]:
+    """`_parts_prints` of ASCII text in Python (`_native.parts_prints` in C)."""
+    # The delimiters made spaces by one translation (the words are joined by spaces
     # and hold no whitespace of their own), cut by a C-level split that makes no empty part
     # of a run of them (`},{`), each distinct part stripped (JSON's `"key":value` leaves
     # `:value`) and hashed as bytes (what is hashed): no string is made of a part.
@@ -323,6 +335,10 @@ _AMOUNT_SHAPES = tuple(re.compile(shape) for shape in (b"aa0", b"0aa", b"0,0"))
 def _amount_prints(lowered: str) -> list[int]:
     """Fingerprints of the numbers a lower-cased text spells (`_amounts`)."""
     if lowered.isascii():
+        if native.NATIVE is not None and "'" not in lowered:  # (one C pass: no object per run)
+            spelled = native.NATIVE.amount_prints(lowered)
+            if spelled is not None:
+                return spelled
         # (Spelled out: a loop over the characters and shapes costs more than the searches
         # in a short text, which most are.)
         if "$" not in lowered and "=" not in lowered and "\\" not in lowered:
@@ -400,7 +416,7 @@ def words_of(text: str, values_only: bool) -> list[int]:
     lowered = text.lower()
     words: Collection[str] | None = _value_words(lowered) if values_only else None
     if words is None:
-        words = set(lowered.split())
+        words = _distinct_words(lowered)
         if values_only:
             words = set(filter(_HAS_VALUE_CHAR.search, words))
     prints = list(_words_prints(words)) if words else []
@@ -409,6 +425,16 @@ def words_of(text: str, values_only: bool) -> list[int]:
     # An amount is inside one word of ASCII text (one with a digit, a value word): read in
     # the distinct words, far shorter than prose.
     return prints + _amount_prints(" ".join(words) if lowered.isascii() else lowered)
+
+
+def _distinct_words(lowered: str) -> set[str]:
+    """`set(lowered.split())`: in one C pass for ASCII text where `native` is built, which
+    makes a string of each distinct word only (prose repeats most)."""
+    if native.NATIVE is not None and lowered.isascii():
+        found = native.NATIVE.distinct_words(lowered)
+        if found is not None:
+            return found
+    return set(lowered.split())
 
 
 # The fingerprints `learn` takes in, by (text, values_only), computed ahead by `words_to_learn`.

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from aap_server.guardian import native
 from aap_server.guardian.detectors._confusables import CONFUSABLE_PAIRS
 from aap_server.guardian.detectors.base import Finding
 
@@ -31,6 +32,16 @@ _ASCII_NON_LETTERS = bytes(c for c in range(128) if not chr(c).isalpha())
 NON_LETTERS_TO_SPACE = bytes.maketrans(_ASCII_NON_LETTERS, b" " * len(_ASCII_NON_LETTERS))
 _LONG_RUN = b"t" * MIN_TOKEN
 _LONG_TOKEN = re.compile(_LONG_RUN + b"t*")
+
+
+def distinct_runs(data: bytes, table: bytes, delete: bytes = b"") -> set[bytes]:
+    """`set(data.translate(table, delete).split())`: in one C pass where `native` is built,
+    which makes an object of each distinct run only (JSON repeats its keys)."""
+    if native.NATIVE is not None:
+        found = native.NATIVE.distinct_runs(data, table, delete)
+        if found is not None:
+            return found
+    return set(data.translate(table, delete).split())
 
 
 class TextViews:
@@ -141,7 +152,7 @@ class TextViews:
         it (`the` in `é the`, not in `éthe`) begins one of these."""
         if self._words is None:
             ascii_lower = self.lower.encode("ascii", "replace")  # others as `?`: no letter
-            self._words = set(ascii_lower.translate(NON_LETTERS_TO_SPACE).split())
+            self._words = distinct_runs(ascii_lower, NON_LETTERS_TO_SPACE)
         return self._words
 
     def may_hold_word(self, word: str) -> bool:

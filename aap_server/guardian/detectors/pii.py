@@ -46,7 +46,7 @@ import phonenumbers
 from phonenumbers.phonemetadata import PhoneMetadata
 
 from aap_server.guardian.detectors._spans import Backwards
-from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors._views import TextViews, distinct_runs
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.checksums import IBAN_LENGTHS, iban_valid, luhn_valid
 
@@ -823,13 +823,15 @@ def _runs_by_piece(shape: bytes) -> NumberRuns | None:
     number): the distinct runs (one `translate`, `split` and `set`, C speed) are tested once
     each, and only those that may hold one are looked for (`find`, C speed). None when more
     than `_FEW_KINDS` distinct runs may (each would take a pass over the text)."""
-    pieces = shape.translate(_RUN_PIECES_MAP)
     spent = _PIECE_HOLDS_NO_NUMBER.fullmatch
-    kept = [run for run in set(pieces.split()) if len(run) >= 7 and spent(run) is None]
+    kept = [
+        run for run in distinct_runs(shape, _RUN_PIECES_MAP) if len(run) >= 7 and spent(run) is None
+    ]
     if not kept:
         return []
     if len(kept) > _FEW_KINDS:
         return None
+    pieces = shape.translate(_RUN_PIECES_MAP)
     padded = b" " + pieces + b" "  # each run between spaces: `find` gives whole runs only
     runs: NumberRuns = []
     for run in kept:

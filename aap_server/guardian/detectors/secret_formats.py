@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from aap_server.guardian.detectors._spans import Backwards, StaticSpans
-from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors._views import TextViews, distinct_runs
 from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.detectors.secret_catalog import (
     FORMATS,
@@ -687,8 +687,8 @@ def _may_name_a_credential(text: str) -> bool:
     # the distinct runs (JSON rows repeat their names; ids and numbers split them) are
     # searched, a fraction of the text (the search tries every position: ~30 ns a character).
     # One `translate` squeezes, lower-cases and turns digits into spaces.
-    squeezed = text.encode("ascii", "ignore").translate(_LOWER_DIGITS_TO_SPACE, _NOT_NAME_LETTERS)
-    return _ANY_NAME_ANCHOR.search(b" ".join(set(squeezed.split()))) is not None
+    names = distinct_runs(text.encode("ascii", "ignore"), _LOWER_DIGITS_TO_SPACE, _NOT_NAME_LETTERS)
+    return _ANY_NAME_ANCHOR.search(b" ".join(names)) is not None
 
 
 def _assignments(text: str, out: list[Finding]) -> None:
