@@ -639,11 +639,7 @@ async def test_a_card_nested_deeper_than_decoded_behind_another_layer_is_masked(
     [
         f"{EVIL}?a={_b64(_b64('4111 1111'))}&b={_b64(_b64('1111 1111'))}",
         f"{EVIL}?c={_quoted(_b64(_b64(CARD)), 1)}",
-        f"{EVIL}?a={base64.urlsafe_b64encode(b'4111 1111').decode().rstrip('=')}"
-        f"&b={base64.urlsafe_b64encode(b'1111 1111').decode().rstrip('=')}",
         f"{EVIL}?a={base64.b32encode(b'4111 1111').decode()}&b={_b64('1111 1111')}",
-        f"{EVIL}?a={_quoted(_b64('4111 1111'), 1)}&b={_quoted(_b64('1111 1111'), 1)}",
-        f"{EVIL}?a={_b64('4111')}&b={_b64('1111')}&c={_b64('1111')}&d={_b64('1111')}",
         f"{EVIL}?c=" + "".join(WORDS[int(d)].capitalize() for d in DIGITS),
         f"{EVIL}?c={_b64(_spelled(DIGITS))}",
         f"{EVIL}?c=" + "".join(chr(0x660 + int(d)) for d in DIGITS),  # Arabic-Indic digits
