@@ -670,8 +670,10 @@ _DIGIT_OF = {
 # Longest first: a word is not read as a shorter one it starts with (`uno` as `un`).
 _DIGIT_WORD = "(?:" + "|".join(sorted(_DIGIT_OF, key=len, reverse=True)) + ")"
 _LETTER = r"[^\W\d_]"
+# Each word atomic: some runs of letters split into words two ways (`unoneun`: `uno neun`,
+# `un one un`), and trying every split of a long run is exponential.
 _SPELLED = re.compile(
-    rf"(?<!{_LETTER}){_DIGIT_WORD}(?:(?:[-+_.,\s]|%20)*{_DIGIT_WORD}){{8,}}(?!{_LETTER})"
+    rf"(?<!{_LETTER})(?>{_DIGIT_WORD})(?:(?:[-+_.,\s]|%20)*(?>{_DIGIT_WORD})){{8,}}(?!{_LETTER})"
 )
 _DIGIT_WORD_RE = re.compile(_DIGIT_WORD)
 _WORD_SEPARATORS = "-+_.,% \t\n"

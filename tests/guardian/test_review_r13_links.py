@@ -57,14 +57,6 @@ async def _masked(link: str) -> bool:
 # --- cost ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory._SPELLED: `uno`+`neun` and `un`+`one`+`un` spell the same letters, and the "
-    "pattern's nested alternation of digit words tries every reading when the run ends in a "
-    "letter: each 7 letters double the work (a 170-character link costs over a second of CPU, "
-    "a 210-character one minutes). Fix: make each word atomic, `(?>{_DIGIT_WORD})` (Python "
-    "3.11), or read the words with a linear tokenizer",
-)
 def test_number_words_that_read_two_ways_are_read_in_linear_time() -> None:
     """Twice the link, about twice the work (CPU time, best of three)."""
     runs = itertools.count()  # each scan a new text: `scan_links` keeps recent texts' scans
