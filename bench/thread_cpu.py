@@ -5,13 +5,14 @@ writer, reader and checkpointer), this tree against a git ref in the same run.
                                [--size 96|1k]
 
 Starts both servers as bench/throughput.py does (pinned to CPU 0, client on CPU 1), drives
-`none` turns with a 96 B message (`--size 1k`: the 1 KB one), alternating the servers round by round, and reads each
-thread's on-CPU time from /proc/PID/task/TID/schedstat before and after every round. Prints
-the median over rounds of µs per turn: the loop thread (TID = PID), the SQLite writer thread
-(the busiest other one), the other threads (reader, checkpointer), and the total; and the
-context switches of all its threads per turn (/proc/PID/task/TID/status) and turns/s. Made for the
-group-commit round (bench/README.md "Fourth round"): the writer's work per turn is what a
-shared transaction saves; the loop's is what its hand-offs cost.
+`none` turns with a 96 B message (`--size 1k`: the 1 KB one), alternating the servers round
+by round, and reads each thread's on-CPU time from /proc/PID/task/TID/schedstat before and
+after every round. Prints the median over rounds of µs per turn: the loop thread (TID =
+PID), the SQLite writer thread (the busiest other one), the other threads (reader,
+checkpointer), and the total; and the context switches of all its threads per turn
+(/proc/PID/task/TID/status) and turns/s. Made for the group-commit round (bench/README.md
+"Fourth round"): the writer's work per turn is what a shared transaction saves; the loop's
+is what its hand-offs cost.
 """
 
 from __future__ import annotations
