@@ -48,9 +48,10 @@ def _as_stored(messages: list[HistoryMessage], rows: list[bytes]) -> list[Histor
     JSON as they went in (a string that could not be encoded was not stored). Any other is
     read back from its bytes (a tool call's input may hold a tuple, or a dict an agent could
     change), so that nothing is shared with the writer's objects."""
-    if all(type(message.content) is str for message in messages):
-        return list(messages)
-    return _HISTORY.decode(b"[" + b",".join(rows) + b"]")
+    for message in messages:
+        if type(message.content) is not str:
+            return _HISTORY.decode(b"[" + b",".join(rows) + b"]")
+    return list(messages)
 
 
 @dataclass(slots=True)
@@ -104,7 +105,7 @@ class CachedSession:
         """The session after the store committed `write`, which it encoded as `step` (as
         `commit` changes it): what is not kept as is comes from the bytes the store wrote,
         and is not encoded again."""
-        if step.updates_session:
+        if step.agent is not None or step.set_tools or step.pending is not None:
             record = self.record
             encode = ENCODER.encode
             if step.set_tools:
@@ -124,15 +125,15 @@ class CachedSession:
             replacement = step.replacement
             assert write.compaction is not None  # (what `step.drop` comes from)
             self.compacted[:drop] = _as_stored(write.compaction.replacement, replacement)
-            sizes = [len(row) for row in replacement]
+            sizes = list(map(len, replacement))
             self.history_bytes += sum(sizes) - sum(self.sizes[:drop])
             self.sizes[:drop] = sizes
         if step.compacted:
-            self.compacted += _as_stored(write.compacted, step.compacted)
-            sizes = [len(row) for row in step.compacted]
-            self.sizes += sizes
-            self.history_bytes += sum(sizes)
-        for key, encoded in step.state:
+            rows = step.compacted
+            self.compacted += _as_stored(write.compacted, rows)
+            self.sizes += map(len, rows)
+            self.history_bytes += sum(map(len, rows))
+        for key, encoded in step.state:  # (mostly none)
             self.state_bytes += len(encoded) - len(self.state.get(key, b""))
             self.state[key] = encoded
         memory = step.guardian_memory
