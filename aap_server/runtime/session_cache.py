@@ -133,7 +133,7 @@ class CachedSession:
             self.compacted += _as_stored(write.compacted, rows)
             self.sizes += map(len, rows)
             self.history_bytes += sum(map(len, rows))
-        for key, encoded in step.state:  # (mostly none)
+        for key, encoded in step.state:
             self.state_bytes += len(encoded) - len(self.state.get(key, b""))
             self.state[key] = encoded
         memory = step.guardian_memory
