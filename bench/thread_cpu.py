@@ -2,15 +2,17 @@
 writer, reader and checkpointer), this tree against a git ref in the same run.
 
     python bench/thread_cpu.py [--against main] [--seconds 3] [--rounds 5] [--concurrency 20]
+                               [--size 96|1k]
 
 Starts both servers as bench/throughput.py does (pinned to CPU 0, client on CPU 1), drives
-`none` turns with a 96 B message, alternating the servers round by round, and reads each
-thread's on-CPU time from /proc/PID/task/TID/schedstat before and after every round. Prints
-the median over rounds of µs per turn: the loop thread (TID = PID), the SQLite writer thread
-(the busiest other one), the other threads (reader, checkpointer), and the total; and the
-context switches of all its threads per turn (/proc/PID/task/TID/status) and turns/s. Made for the
-group-commit round (bench/README.md "Fourth round"): the writer's work per turn is what a
-shared transaction saves; the loop's is what its hand-offs cost.
+`none` turns with a 96 B message (`--size 1k`: the 1 KB one), alternating the servers round
+by round, and reads each thread's on-CPU time from /proc/PID/task/TID/schedstat before and
+after every round. Prints the median over rounds of µs per turn: the loop thread (TID =
+PID), the SQLite writer thread (the busiest other one), the other threads (reader,
+checkpointer), and the total; and the context switches of all its threads per turn
+(/proc/PID/task/TID/status) and turns/s. Made for the group-commit round (bench/README.md
+"Fourth round"): the writer's work per turn is what a shared transaction saves; the loop's
+is what its hand-offs cost.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.throughput import (
+    LARGE,
     SMALL,
     Scenario,
     Server,
@@ -74,16 +77,17 @@ def split(pid: int, before: dict[int, float], after: dict[int, float]) -> tuple[
 
 
 async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
+    message, size = (LARGE, "1 KB") if arguments.size == "1k" else (SMALL, "96 B")
     for server in servers:
         await open_sessions(server, arguments.concurrency)
     per_turn: dict[str, list[tuple[float, ...]]] = {server.name: [] for server in servers}
     for server in servers:  # warm-up
-        await run(Scenario("warm-up", server, "none", SMALL, arguments.concurrency), 0.5)
+        await run(Scenario("warm-up", server, "none", message, arguments.concurrency), 0.5)
     for round_index in range(arguments.rounds):
         order = servers if round_index % 2 == 0 else servers[::-1]
         for server in order:
             pid = server.process.pid
-            scenario = Scenario(server.name, server, "none", SMALL, arguments.concurrency)
+            scenario = Scenario(server.name, server, "none", message, arguments.concurrency)
             before, switched = thread_seconds(pid), switches(pid)
             await run(scenario, arguments.seconds)
             spent = split(pid, before, thread_seconds(pid))
@@ -92,7 +96,7 @@ async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
             row.append(scenario.count / arguments.seconds)
             per_turn[server.name].append(tuple(row))
     print(
-        f"`none` 96 B, C={arguments.concurrency}, {arguments.rounds} rounds x"
+        f"`none` {size}, C={arguments.concurrency}, {arguments.rounds} rounds x"
         f" {arguments.seconds:g} s alternated; median µs of server CPU per turn"
     )
     header = f"{'server':<24} {'loop':>8} {'writer':>8} {'other':>8} {'total':>8}"
@@ -123,4 +127,5 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--size", choices=("96", "1k"), default="96", help="the message's size")
     main(parser.parse_args())

@@ -567,8 +567,8 @@ class AapService:
             self.sessions.drop(run.session_id)
             return
         try:
-            for write in run.committed:
-                kept.apply(write)
+            for write, step in run.committed:
+                kept.apply(write, step)
         except Exception:  # never in the way of ending the turn: the next one reads
             logger.exception("session %s: could not keep it in memory", run.session_id)
             self.sessions.drop(run.session_id)

@@ -22,13 +22,13 @@ state and guardian memory).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
 from aap_server.protocol import HistoryMessage
 from aap_server.store import GuardianMemory, SessionRecord, StepWrite, TurnClaim, TurnSnapshot
-from aap_server.store.codec import ENCODER, decode_record, decode_state
+from aap_server.store.codec import ENCODER, EncodedStep, decode_record, decode_state
 
 # What an entry costs besides its encoded values (the objects around them), roughly.
 ENTRY_OVERHEAD_BYTES = 512
@@ -42,19 +42,16 @@ def _memory_bytes(memory: GuardianMemory | None) -> int:
     return len(memory.snapshot or b"") + sum(map(len, memory.records))
 
 
-def _as_stored(messages: list[HistoryMessage]) -> tuple[list[HistoryMessage], int]:
-    """The messages as the store gives them back (encoded, then decoded: the same values a
-    read would return, sharing nothing with the writer's objects), and their encoded bytes
-    (each message's, as stored: the list's less its brackets and commas)."""
-    if not messages:
-        return [], 0
-    encoded = ENCODER.encode(messages)
-    return _HISTORY.decode(encoded), len(encoded) - 1 - len(messages)
-
-
-def _history_bytes(messages: list[HistoryMessage]) -> int:
-    """The messages' encoded bytes, each as stored (see `_as_stored`)."""
-    return len(ENCODER.encode(messages)) - 1 - len(messages) if messages else 0
+def _as_stored(messages: list[HistoryMessage], rows: list[bytes]) -> list[HistoryMessage]:
+    """`messages` as a read of the `rows` the store wrote for them returns them. Messages of
+    text alone are those very objects: frozen, holding only strings, which come back from
+    JSON as they went in (a string that could not be encoded was not stored). Any other is
+    read back from its bytes (a tool call's input may hold a tuple, or a dict an agent could
+    change), so that nothing is shared with the writer's objects."""
+    for message in messages:
+        if type(message.content) is not str:
+            return _HISTORY.decode(b"[" + b",".join(rows) + b"]")
+    return list(messages)
 
 
 @dataclass(slots=True)
@@ -69,21 +66,26 @@ class CachedSession:
     history_bytes: int
     state_bytes: int
     memory_bytes: int = 0  # of `guardian_memory`, kept in step with it
+    # Each of `compacted`'s stored bytes, in order: a compaction takes off what it drops
+    # without encoding the history again.
+    sizes: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, snapshot: TurnSnapshot, version: int | None) -> CachedSession:
         """An entry from a snapshot the store read (the history is shared: it is decoded
         afresh by the store, and the turn gets a copy of the list)."""
         state = {key: ENCODER.encode(value) for key, value in snapshot.state.items()}
+        sizes = [len(ENCODER.encode(message)) for message in snapshot.compacted]
         return cls(
             record=snapshot.record,
             compacted=list(snapshot.compacted),
             state=state,
             guardian_memory=snapshot.guardian_memory,
             version=version,
-            history_bytes=_history_bytes(snapshot.compacted),
+            history_bytes=sum(sizes),
             state_bytes=sum(map(len, state.values())),
             memory_bytes=_memory_bytes(snapshot.guardian_memory),
+            sizes=sizes,
         )
 
     @property
@@ -99,36 +101,42 @@ class CachedSession:
             guardian_memory=self.guardian_memory,
         )
 
-    def apply(self, write: StepWrite) -> None:
-        """The session after the store committed `write` (as `commit` changes it)."""
-        record = self.record
-        if write.agent is not None or write.replace_tools or write.pending is not None:
-            agent = record.agent if write.agent is None else write.agent
-            tools = write.tools if write.replace_tools else record.tools
-            pending = record.pending if write.pending is None else write.pending
+    def apply(self, write: StepWrite, step: EncodedStep) -> None:
+        """The session after the store committed `write`, which it encoded as `step` (as
+        `commit` changes it): what is not kept as is comes from the bytes the store wrote,
+        and is not encoded again."""
+        if step.agent is not None or step.set_tools or step.pending is not None:
+            record = self.record
+            encode = ENCODER.encode
+            if step.set_tools:
+                tools = step.tools
+            else:
+                tools = None if record.tools is None else encode(record.tools)
             self.record = decode_record(
                 record.session_id,
                 record.owner,
-                ENCODER.encode(agent),
-                None if tools is None else ENCODER.encode(tools),
-                ENCODER.encode(pending),
+                encode(record.agent) if step.agent is None else step.agent,
+                tools,
+                encode(record.pending) if step.pending is None else step.pending,
             )
-        compaction = write.compaction
-        if compaction is not None and compaction.drop:
+        drop = step.drop
+        if drop:
             # The store refuses a drop of more than there is: a commit that succeeded had them.
-            replacement, _ = _as_stored(compaction.replacement)
-            self.compacted[: compaction.drop] = replacement
-            self.history_bytes = _history_bytes(self.compacted)
-        if write.compacted:
-            added, size = _as_stored(write.compacted)
-            self.compacted += added
-            self.history_bytes += size
-        if write.state:
-            for key, value in write.state.items():
-                encoded = ENCODER.encode(value)
-                self.state_bytes += len(encoded) - len(self.state.get(key, b""))
-                self.state[key] = encoded
-        memory = write.guardian_memory
+            replacement = step.replacement
+            assert write.compaction is not None  # (what `step.drop` comes from)
+            self.compacted[:drop] = _as_stored(write.compaction.replacement, replacement)
+            sizes = list(map(len, replacement))
+            self.history_bytes += sum(sizes) - sum(self.sizes[:drop])
+            self.sizes[:drop] = sizes
+        if step.compacted:
+            rows = step.compacted
+            self.compacted += _as_stored(write.compacted, rows)
+            self.sizes += map(len, rows)
+            self.history_bytes += sum(map(len, rows))
+        for key, encoded in step.state:
+            self.state_bytes += len(encoded) - len(self.state.get(key, b""))
+            self.state[key] = encoded
+        memory = step.guardian_memory
         if memory is not None:
             before = self.guardian_memory
             grown = sum(map(len, memory.records))

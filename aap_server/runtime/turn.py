@@ -77,6 +77,7 @@ from aap_server.store import (
     SessionStore,
     StepWrite,
 )
+from aap_server.store.codec import EncodedStep, encode_step
 
 logger = logging.getLogger("aap_server.turn")
 
@@ -229,9 +230,10 @@ class TurnRun:
         # hidden, so no `tool_call`/`tool_result` closed it in the client's fold and the next
         # response's text belongs to the same message (AAP response.md; one view, three modes).
         self._open: list[ContentBlock] = []
-        # The writes the store committed, in order, and whether one failed (the session cache
-        # keeps what they left only when none did).
-        self.committed: list[StepWrite] = []
+        # The writes the store committed, in order, as it encoded them (the session cache
+        # reads what they left from those bytes), and whether one failed (the cache keeps
+        # the session only when none did).
+        self.committed: list[tuple[StepWrite, EncodedStep]] = []
         self.write_failed = False
 
     # --- the turn ---------------------------------------------------------------------------
@@ -690,7 +692,7 @@ class TurnRun:
     async def _commit_write(self, write: StepWrite, *, holds_input: bool = False) -> None:
         """Commit `write`; `holds_input`: it is the first to hold the deferred input."""
         try:
-            await self.store.commit(self.session_id, write)
+            step = await self.store.commit(self.session_id, write)
         except BaseException as error:
             self.write_failed = True
             if holds_input and self.input is not None:
@@ -698,7 +700,8 @@ class TurnRun:
             if write.guardian_memory is not None:  # the stored records miss this one now
                 self.guardian.memory_not_stored(self.session_id)
             raise
-        self.committed.append(write)
+        # The bytes the store wrote, for the session cache (encoded here if it gave none).
+        self.committed.append((write, encode_step(write) if step is None else step))
         if holds_input and self.input is not None:
             self.input.committed()
 

@@ -7,13 +7,16 @@ import contextlib
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from aap_server.protocol import AgentConfig, AuditEntry, HistoryMessage, ToolSpec
 from aap_server.store.audit import GENESIS_HASH, AuditDraft
 from aap_server.store.memory_lock import PROCESS_LOCKS, deadline_after
+
+if TYPE_CHECKING:
+    from aap_server.store.codec import EncodedStep
 
 HistoryKind = Literal["full", "compacted"]
 PendingKind = Literal["client", "permission"]
@@ -322,12 +325,15 @@ class SessionStore(abc.ABC):
         QuotaExceededError when the owner is at its stored-bytes quota (a turn would add)."""
 
     @abc.abstractmethod
-    async def commit(self, session_id: str, write: StepWrite) -> None:
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep | None:
         """Apply one step's writes atomically (all or nothing). LeaseLostError (nothing
         written) when `turn_fence` names this session and its turn's lease is gone. Adds
         exactly one to the session's version (see `claim_turn`) per write stored, also when
         a backend stores several writes in one transaction: a process counts its own. (A
-        store only this process writes, whose claims read no version, need not count.)"""
+        store only this process writes, whose claims read no version, need not count.)
+        Returns the write as it encoded and stored it (`codec.encode_step`), if it did: a
+        caller keeping what it wrote (the runtime's session cache) reads those bytes back
+        instead of encoding the write again; None leaves that to the caller."""
 
     async def writes_settled(self) -> None:
         """Return once every write issued before has been stored or refused, including one

@@ -819,9 +819,10 @@ class PostgresSessionStore(SessionStore):
             guardian_memory=memory,
         )
 
-    async def commit(self, session_id: str, write: StepWrite) -> None:
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
         step = encode_step(write)
         await self._run(lambda conn: _commit(conn, session_id, step), write=True)
+        return step
 
     async def load_state(self, session_id: str) -> dict[str, Any]:
         async def read(conn: Connection) -> list[Any]:

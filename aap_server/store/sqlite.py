@@ -1535,12 +1535,13 @@ class SqliteSessionStore(SessionStore):
             guardian_memory=memory,
         )
 
-    async def commit(self, session_id: str, write: StepWrite) -> None:
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
         step = encode_step(write)
         fence = turn_fence.get() if self.shared_leases else None
         if fence is not None and fence.session_id != session_id:
             fence = None
         await self._write(_Step(self._known, session_id, step, fence), step.appended_bytes)
+        return step
 
     async def load_audit(self, chain: str, after: str | None, limit: int) -> AuditPage:
         if limit < 1:

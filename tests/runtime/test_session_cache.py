@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from aap_server.protocol import AgentConfig, AssistantMessage, ToolSpec, UserMessage
+from aap_server.protocol import (
+    AgentConfig,
+    AssistantMessage,
+    TextContentBlock,
+    ToolSpec,
+    ToolUseContentBlock,
+    UserMessage,
+)
 from aap_server.runtime.session_cache import ENTRY_OVERHEAD_BYTES, CachedSession, SessionCache
 from aap_server.store import (
     Compaction,
@@ -25,14 +32,21 @@ from aap_server.store.codec import ENCODER
 
 def random_step(rng: random.Random, compacted: int, number: int) -> StepWrite:
     """One step of the kinds a turn writes, chosen by `rng` (`compacted`: messages there)."""
-    messages = [
-        rng.choice([UserMessage(content=f"u{number}"), AssistantMessage(content=f"a{number}")])
-        for _ in range(rng.randrange(3))
-    ]
+    # Text alone is kept as is; blocks are read back from the stored bytes (a tool call's
+    # input tuple comes back a list, as a read gives it).
+    with_blocks = AssistantMessage(
+        content=[
+            TextContentBlock(text=f"a{number}"),
+            ToolUseContentBlock(tool_call_id=f"call_{number}", name="t", input={"k": (1, 2)}),
+        ]
+    )
+    kinds = [UserMessage(content=f"u{number}"), AssistantMessage(content=f"a{number}"), with_blocks]
+    messages = [rng.choice(kinds) for _ in range(rng.randrange(3))]
     fields: dict[str, object] = {"full": messages, "compacted": messages}
     if compacted and rng.random() < 0.2:
         drop = rng.randrange(1, compacted + 1)
-        replacement = [UserMessage(content=f"summary {number}")][: rng.randrange(2)]
+        summary = rng.choice([UserMessage(content=f"summary {number}"), with_blocks])
+        replacement = [summary][: rng.randrange(2)]
         fields["compaction"] = Compaction(drop=drop, replacement=replacement)
     if rng.random() < 0.3:
         # Values as an agent might set them: tuples and floats come back as JSON gives them.
@@ -68,8 +82,7 @@ async def test_the_copy_after_any_steps_is_what_the_store_reads(tmp_path: Path, 
         kept = CachedSession.of(loaded, 0)
         for number in range(40):
             step = random_step(rng, len(kept.compacted), number)
-            await store.commit("sess_1", step)
-            kept.apply(step)
+            kept.apply(step, await store.commit("sess_1", step))
             assert kept.snapshot() == await store.load_turn("sess_1", "alice"), number
             assert kept.version == number + 1
     finally:
@@ -93,8 +106,7 @@ async def test_an_entrys_size_is_what_it_holds_as_stored_after_any_steps(
         kept = CachedSession.of(loaded, 0)
         for number in range(60):
             step = random_step(rng, len(kept.compacted), number)
-            await store.commit("sess_1", step)
-            kept.apply(step)
+            kept.apply(step, await store.commit("sess_1", step))
             memory = kept.guardian_memory or GuardianMemory()
             held = [
                 sum(len(ENCODER.encode(message)) for message in kept.compacted),

@@ -15,6 +15,7 @@ from aap_server.protocol import (
     UserMessage,
 )
 from aap_server.store import AuditDraft, PendingToolCall, SessionRecord
+from aap_server.store.codec import EncodedStep
 
 
 def user(text: str) -> UserMessage:
@@ -23,6 +24,11 @@ def user(text: str) -> UserMessage:
 
 def assistant(text: str) -> AssistantMessage:
     return AssistantMessage(content=text)
+
+
+def stored(outcome: object) -> bool:
+    """Whether a commit's outcome says it stored its write (it returns the step as encoded)."""
+    return isinstance(outcome, EncodedStep)
 
 
 def texts(history: Sequence[HistoryMessage]) -> list[str]:

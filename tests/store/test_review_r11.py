@@ -17,7 +17,7 @@ from aap_server.store import SqliteSessionStore, StepWrite
 from aap_server.store.base import GuardianMemory
 from aap_server.store.verify import verify_store
 
-from .helpers import assistant, new_record, texts, user
+from .helpers import assistant, new_record, stored, texts, user
 from .test_sqlite_group_commit import raw, traced, verdicts, while_writer_busy
 
 
@@ -48,7 +48,7 @@ async def test_a_group_past_sqlites_parameter_limit_stores_every_row(tmp_path: P
                 for i, r in enumerate(records)
             ),
         )
-        assert outcomes == [None] * 40
+        assert all(map(stored, outcomes))
         assert trace.savepoints() == 0
         for i, record in enumerate(records):
             full = texts(await store.load_history(record.session_id, "full"))
@@ -99,7 +99,8 @@ async def test_a_group_deleting_and_recreating_a_session_between_its_steps(
                     except Exception as error:
                         outcomes.append(error)
             kinds = [type(o).__name__ for o in outcomes]
-            assert kinds == ["NoneType", "NoneType", "bool", "KeyError", *["NoneType"] * 3]
+            wrote, created = "EncodedStep", "NoneType"  # a commit's outcome, a creation's
+            assert kinds == [wrote, wrote, "bool", "KeyError", created, wrote, wrote]
             reborn = texts(await store.load_history(gone.session_id, "full"))
             assert reborn == ["again", "reborn 0", "reborn 1"], reborn
             reports = [r async for r in verify_store(store)]
@@ -137,7 +138,7 @@ async def test_groups_of_every_row_count_store_what_they_were_given(tmp_path: Pa
                 tag = f"g{size}.{i}"
                 steps.append(store.commit(record.session_id, big_step(tag, count, 1)))
                 expected[record.session_id] += [f"{tag} {k}" for k in range(count)]
-            assert await while_writer_busy(store, *steps) == [None] * size
+            assert all(map(stored, await while_writer_busy(store, *steps)))
         for record in records:
             assert (
                 texts(await store.load_history(record.session_id, "full"))

@@ -10,7 +10,7 @@ import pytest
 
 from aap_server.store import QuotaExceededError, SqliteSessionStore, StepWrite, StoreLimits
 
-from .helpers import new_record, texts, user
+from .helpers import new_record, stored, texts, user
 from .test_sqlite_group_commit import while_writer_busy
 from .test_sqlite_known_heads import assert_whole, step
 
@@ -100,7 +100,10 @@ async def test_delete_and_recreate_same_id_in_a_group(tmp_path: Path) -> None:
             store.create_session(a, [user("again")]),
             store.commit(a.session_id, step("three", b"m3")),
         )
-        assert outcomes == [None, True, outcomes[2], None, None], outcomes
+        assert stored(outcomes[0]), outcomes
+        assert outcomes[1] is True, outcomes  # the deletion
+        assert outcomes[3] is None, outcomes  # the creation
+        assert stored(outcomes[4]), outcomes
         assert isinstance(outcomes[2], KeyError), outcomes
         await store.commit(a.session_id, step("four", b"m4"))
         full = texts(await store.load_history(a.session_id, "full"))
@@ -200,7 +203,7 @@ async def test_two_processes_interleaving_steps_and_deletions_on_shared_sessions
             outcomes = await asyncio.gather(
                 *[store.commit(s, step(f"A{i}", b"a")) for s in ids], return_exceptions=True
             )
-            bad = [o for o in outcomes if o is not None and not isinstance(o, KeyError)]
+            bad = [o for o in outcomes if not stored(o) and not isinstance(o, KeyError)]
             assert not bad, bad
             if i == 75:
                 assert await store.delete_session(ids[0], "alice")

@@ -28,7 +28,7 @@ from aap_server.store import (
 from aap_server.store.base import Compaction, GuardianMemory
 from aap_server.store.verify import verify_store
 
-from .helpers import assistant, new_record, texts, user
+from .helpers import assistant, new_record, stored, texts, user
 
 
 def raw(path: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -158,8 +158,8 @@ async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
         store.commit(other.session_id, step("also kept")),
     )
 
-    assert outcomes[0] is None
-    assert outcomes[3] is None
+    assert stored(outcomes[0])
+    assert stored(outcomes[3])
     assert isinstance(outcomes[1], ValueError)
     assert "drops 5" in str(outcomes[1])
     assert isinstance(outcomes[2], KeyError)
@@ -179,12 +179,12 @@ async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
     assert raw(path, "SELECT COUNT(*) FROM history_full WHERE session_id = 'sess_missing'") == [
         (0,)
     ]
-    stored = raw(
+    held = raw(
         path,
         "SELECT (SELECT SUM(length(message)) FROM history_full)"
         " + (SELECT SUM(length(message)) FROM history_compacted)",
     )[0][0]
-    assert raw(path, "SELECT stored_bytes FROM owner_usage WHERE owner = 'alice'") == [(stored,)]
+    assert raw(path, "SELECT stored_bytes FROM owner_usage WHERE owner = 'alice'") == [(held,)]
 
 
 async def test_when_the_commit_itself_fails_every_write_of_the_group_fails(
@@ -276,10 +276,10 @@ async def test_a_stale_turns_step_is_refused_in_a_group_and_the_others_land(
         assert await store.take_turn(stale.session_id, "turn_new", 30) is None
         trace = await traced(store)
 
-        async def fenced(session_id: str, turn_id: str, text: str) -> None:
+        async def fenced(session_id: str, turn_id: str, text: str) -> object:
             token = turn_fence.set(TurnFence(session_id, turn_id))
             try:
-                await store.commit(session_id, step(text))
+                return await store.commit(session_id, step(text))
             finally:
                 turn_fence.reset(token)
 
@@ -290,8 +290,8 @@ async def test_a_stale_turns_step_is_refused_in_a_group_and_the_others_land(
             fenced(stale.session_id, "turn_new", "current"),
         )
 
-        assert outcomes[0] is None
-        assert outcomes[2] is None
+        assert stored(outcomes[0])
+        assert stored(outcomes[2])
         assert isinstance(outcomes[1], LeaseLostError)
         assert trace.groups() == [1, 3]
         assert texts(await store.load_history(stale.session_id, "full")) == [
@@ -322,7 +322,7 @@ async def test_a_turn_over_the_quota_takes_no_lease_while_its_group_commits(
         )
 
         assert isinstance(outcomes[0], QuotaExceededError)
-        assert outcomes[1] is None
+        assert stored(outcomes[1])
         assert trace.groups() == [1, 2]
         assert await store.turn_holder("sess_over") is None  # its take was rolled back
         assert texts(await store.load_history(record.session_id, "full")) == [
@@ -445,7 +445,7 @@ async def test_a_groups_steps_insert_each_logs_rows_in_one_statement(
         store, *(store.commit(r.session_id, turn(f"turn {i}")) for i, r in enumerate(records))
     )
 
-    assert outcomes == [None] * 20
+    assert all(map(stored, outcomes))
     assert trace.groups() == [1, 20]
     group = trace.statements[trace.statements.index("BEGIN IMMEDIATE", 1) :]
     for log in ("history_full", "history_compacted", "audit_entries", "guardian_memory_log"):
@@ -508,7 +508,12 @@ async def test_a_group_that_mixes_steps_with_other_writes_stores_what_one_at_a_t
                 assert trace.savepoints() == 0
             else:
                 outcomes = [await write for write in writes(store)]
-            assert outcomes == [None, None, True] + [None] * 7
+            # Commits give back their encoded step; the deletion True, the others None.
+            wrote = [stored(outcome) for outcome in outcomes]
+            assert wrote == [True, True, False, False, True, True, True, True, False, True]
+            assert outcomes[2] is True
+            assert outcomes[3] is None
+            assert outcomes[8] is None
             reports = [report async for report in verify_store(store)]
             assert [r.broken_at for r in reports] == [None] * 4, reports
         finally:
@@ -560,7 +565,8 @@ async def test_with_workers_the_turn_leases_between_steps_keep_their_rows_in_one
             store.commit(records[2].session_id, turn("c")),
         )
 
-        assert outcomes == [None] * 5
+        assert all(map(stored, outcomes[::2]))  # the commits
+        assert outcomes[1::2] == [None, None]  # the lease take and release
         group = trace.statements[trace.statements.index("BEGIN IMMEDIATE", 1) :]
         assert trace.statements.count("COMMIT") == 2
         for log in ("history_full", "history_compacted", "audit_entries"):
@@ -598,9 +604,9 @@ async def test_a_step_whose_queued_rows_cannot_be_inserted_fails_alone(
         store, *(store.commit(r.session_id, turn(f"turn {i}")) for i, r in enumerate(records))
     )
 
-    assert outcomes[0] is None
+    assert stored(outcomes[0])
     assert isinstance(outcomes[1], sqlite3.IntegrityError)
-    assert outcomes[2] is None
+    assert stored(outcomes[2])
     assert trace.savepoints() == 3  # the pass without them failed at the group's INSERT
     for i in (0, 2):
         history = await store.load_history(records[i].session_id, "full")

@@ -13,7 +13,7 @@ import pytest
 
 from aap_server.store import QuotaExceededError, SqliteSessionStore, StepWrite, StoreLimits
 
-from .helpers import assistant, draft, new_record, user
+from .helpers import assistant, draft, new_record, stored, user
 from .test_sqlite_group_commit import raw, traced, while_writer_busy
 
 # Everything a session's rows hold that counts towards its owner's stored bytes.
@@ -83,7 +83,7 @@ async def test_a_write_undone_in_its_savepoint_counts_nothing_and_the_others_cou
         store.commit(kept.session_id, step("three")),
     )
 
-    assert [o is None for o in outcomes] == [True, False, True, True]
+    assert [stored(o) for o in outcomes] == [True, False, True, True]
     assert isinstance(outcomes[1], KeyError)
     after = dict(raw(path, "SELECT owner, stored_bytes FROM owner_usage"))
     assert after != dict(before)
@@ -108,7 +108,7 @@ async def test_a_quota_read_in_a_group_sees_the_bytes_its_earlier_writes_stored(
             store.commit(record.session_id, StepWrite(full=[user("x" * 4000)])),
             store.create_session(new_record(), [user("seed")]),
         )
-        assert outcomes[0] is None
+        assert stored(outcomes[0])
         assert isinstance(outcomes[1], QuotaExceededError), outcomes
         assert outcomes[1].kind == "stored_bytes"
         assert raw(path, "SELECT sessions FROM owner_usage") == [(1,)]
@@ -132,7 +132,7 @@ async def test_a_lease_take_in_a_group_sees_the_bytes_its_earlier_writes_stored(
             store.commit(record.session_id, StepWrite(full=[user("x" * 4000)])),
             store.claim_turn(record.session_id, "turn_1", 30, owner="alice", check_quota=True),
         )
-        assert outcomes[0] is None
+        assert stored(outcomes[0])
         assert isinstance(outcomes[1], QuotaExceededError), outcomes
         assert await store.turn_holder(record.session_id) is None
     finally:
