@@ -3,6 +3,10 @@
 #   docker run -p 8000:8000 -v aap-data:/data -e AAP_API_KEYS=KEY:USER_ID:ORG_ID aap-server
 
 FROM python:3.11-slim AS build
+# A C compiler for the guardian's extension (aap_server/guardian/_native.c), in this stage
+# only: the wheel carries it built, the final image no compiler.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY aap_server ./aap_server

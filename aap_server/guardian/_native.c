@@ -6,7 +6,9 @@
  *   both computed here bit for bit as zlib does (no zlib linked: its headers may be absent).
  * - parts_prints(text): provenance._parts_prints of ASCII text.
  * - distinct_runs(data, table, delete=b''): set(data.translate(table, delete).split()).
+ * - distinct_words(text): set(text.split()) of ASCII text.
  * - amount_prints(text): provenance._amount_prints of ASCII text without an apostrophe.
+ * - merge_prints(prints, values, epoch): the dict work of fingerprints.Prints.add_all.
  *
  * Every input is attacker-controlled text: each read is bounded by the length Python gives,
  * the work is one pass (plus hash-set upkeep, amortised constant per item), no recursion.
@@ -377,19 +379,19 @@ runset_add(RunSet *r, const unsigned char *buffer, Py_ssize_t start, Py_ssize_t 
 static PyObject *
 native_fingerprints(PyObject *module, PyObject *chunks)
 {
-    PyObject *seq = PySequence_Fast(chunks, "fingerprints() takes a sequence of bytes");
+    /* A tuple: a snapshot no buffer export (which may run Python code) can change. */
+    PyObject *seq = PySequence_Tuple(chunks);
     if (seq == NULL) {
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         Py_DECREF(seq);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = items[i];
+        PyObject *item = PyTuple_GET_ITEM(seq, i); /* (held by the tuple) */
         uint64_t print;
         if (PyBytes_CheckExact(item)) {
             print = fingerprint_of((const unsigned char *)PyBytes_AS_STRING(item),
@@ -695,6 +697,72 @@ done:
     return result;
 }
 
+/* --- distinct_words(text) ------------------------------------------------------------------ */
+
+/* str.split's whitespace among ASCII characters. */
+static unsigned char is_str_space[128];
+
+static PyObject *
+native_distinct_words(PyObject *module, PyObject *text)
+{
+    Py_ssize_t n;
+    const unsigned char *s = ascii_of(text, &n);
+    if (s == NULL) {
+        return NULL;
+    }
+    RunSet words;
+    if (runset_init(&words, (size_t)(n < (1 << 20) ? n : (1 << 20)) / 16) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t i = 0;
+    for (;;) {
+        while (i < n && is_str_space[s[i]]) {
+            i++;
+        }
+        if (i >= n) {
+            break;
+        }
+        Py_ssize_t start = i;
+        uint64_t h = hash_key, word = 0;
+        unsigned shift = 0;
+        while (i < n && !is_str_space[s[i]]) {
+            word |= (uint64_t)s[i++] << shift;
+            shift += 8;
+            if (shift == 64) {
+                h = run_hash_step(h, word);
+                word = 0;
+                shift = 0;
+            }
+        }
+        int added = runset_add(&words, s, start, i - start, run_hash_end(h, word, i - start));
+        if (added == TOO_MANY_COLLISIONS) {
+            runset_free(&words);
+            Py_RETURN_NONE;
+        }
+        if (added < 0) {
+            runset_free(&words);
+            return NULL;
+        }
+    }
+    result = PySet_New(NULL);
+    for (size_t k = 0; result != NULL && k <= words.mask; k++) {
+        if (words.starts[k] == -1) {
+            continue;
+        }
+        PyObject *found = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, s + words.starts[k],
+                                                    words.sizes[k]);
+        if (found == NULL || PySet_Add(result, found) < 0) {
+            Py_XDECREF(found);
+            Py_CLEAR(result);
+            break;
+        }
+        Py_DECREF(found);
+    }
+    runset_free(&words);
+    return result;
+}
+
 /* --- amount_prints(text) -------------------------------------------------------------------- */
 
 /* provenance._NUMBER on ASCII text (its group mark is not ASCII):
@@ -950,6 +1018,49 @@ native_amount_prints(PyObject *module, PyObject *text)
     return out;
 }
 
+/* --- merge_prints(prints, values, epoch) ---------------------------------------------------- */
+
+/* The core of fingerprints.Prints.add_all: each value of the list moved to (or put at) the end
+ * of the dict, mapped to `epoch`, one after the other (so a value the list repeats ends up
+ * where it occurs last). Returns (how many distinct values were not already mapped to
+ * `epoch`, whether any was not in the dict at all). */
+static PyObject *
+native_merge_prints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "merge_prints(dict, list, epoch)");
+        return NULL;
+    }
+    PyObject *prints = args[0], *values = args[1], *epoch = args[2];
+    Py_ssize_t touched = 0;
+    int fresh = 0;
+    /* (The size read each time and the value held: a key's __eq__ may run Python code.) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        Py_INCREF(value);
+        PyObject *last = PyDict_GetItemWithError(prints, value); /* (borrowed) */
+        int failed = 0;
+        if (last == NULL) {
+            failed = PyErr_Occurred() != NULL;
+            fresh = 1;
+            touched++;
+        }
+        else {
+            Py_INCREF(last);
+            int same = PyObject_RichCompareBool(last, epoch, Py_EQ);
+            Py_DECREF(last);
+            failed = same < 0 || PyDict_DelItem(prints, value) < 0;
+            touched += !same;
+        }
+        failed = failed || PyDict_SetItem(prints, value, epoch) < 0;
+        Py_DECREF(value);
+        if (failed) {
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(nO)", touched, fresh ? Py_True : Py_False);
+}
+
 /* --- the module --------------------------------------------------------------------------- */
 
 static PyMethodDef native_methods[] = {
@@ -961,9 +1072,14 @@ static PyMethodDef native_methods[] = {
     {"distinct_runs", (PyCFunction)(void (*)(void))native_distinct_runs, METH_FASTCALL,
      "distinct_runs(data, table, delete=b'') -> set[bytes] | None: "
      "set(data.translate(table, delete).split()) (None: too many hash collisions)."},
+    {"distinct_words", native_distinct_words, METH_O,
+     "distinct_words(text) -> set[str] | None: set(text.split()) of ASCII text (None: too "
+     "many hash collisions)."},
     {"amount_prints", native_amount_prints, METH_O,
      "amount_prints(text) -> list[int] | None: provenance._amount_prints of ASCII text "
      "without an apostrophe (distinct fingerprints; None: too many hash collisions)."},
+    {"merge_prints", (PyCFunction)(void (*)(void))native_merge_prints, METH_FASTCALL,
+     "merge_prints(prints, values, epoch) -> (int, bool): the core of Prints.add_all."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -999,6 +1115,10 @@ PyInit__native(void)
     const char *spaces = " \t\n\r\x0b\x0c";
     for (const char *c = spaces; *c; c++) {
         is_space[(unsigned char)*c] = 1;
+        is_str_space[(unsigned char)*c] = 1;
+    }
+    for (int c = 0x1c; c <= 0x1f; c++) {
+        is_str_space[c] = 1;
     }
     return PyModule_Create(&native_module);
 }

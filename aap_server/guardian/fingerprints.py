@@ -105,6 +105,14 @@ class Prints:
         listed = values if isinstance(values, list) else list(values)
         if not listed:
             return False
+        if native.NATIVE is not None:  # (one C pass over the values, no set or pairs made)
+            touched, fresh = native.NATIVE.merge_prints(self._prints, listed, self._epoch)
+            self._touched += touched
+            self._forget_excess()
+            return fresh
+        return self._add_all_in_python(listed)
+
+    def _add_all_in_python(self, listed: list[int]) -> bool:
         prints, epoch = self._prints, self._epoch
         known = prints.keys() & listed
         if known:  # taken out, to go in again at the end; counted once if added since a take
@@ -118,11 +126,16 @@ class Prints:
             _consume(map(prints.__delitem__, ordered))
             prints.update(zip(ordered, itertools.repeat(epoch)))
         self._touched += added
+        self._forget_excess()
+        return len(known) < added
+
+    def _forget_excess(self) -> None:
+        """The oldest values past `limit` forgotten."""
+        prints = self._prints
         excess = len(prints) - self.limit
         if excess > 0:
             _consume(map(prints.__delitem__, list(itertools.islice(prints, excess))))
             self.saturated = True
-        return len(known) < added
 
     def meets(self, values: Iterable[int]) -> bool:
         """Whether any of `values` is remembered."""

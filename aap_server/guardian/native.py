@@ -28,7 +28,13 @@ class Primitives(Protocol):
         self, data: bytes, table: bytes, delete: bytes = b"", /
     ) -> set[bytes] | None: ...
 
+    def distinct_words(self, text: str, /) -> set[str] | None: ...
+
     def amount_prints(self, text: str, /) -> list[int] | None: ...
+
+    def merge_prints(
+        self, prints: dict[int, int], values: list[int], epoch: int, /
+    ) -> tuple[int, bool]: ...
 
 
 def _built() -> Primitives | None:

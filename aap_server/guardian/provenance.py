@@ -214,6 +214,7 @@ def _parts_prints(text: str) -> Collection[int]:
 
 
 def _parts_prints_unicode(text: str) -> list[int]:
+    """`_parts_prints` of text with other than ASCII characters."""
     parts = set(map(str.strip, text.translate(_DELIMITERS_AS_SPACE).split(), _EDGES))
     return fingerprints(
         [
@@ -415,7 +416,7 @@ def words_of(text: str, values_only: bool) -> list[int]:
     lowered = text.lower()
     words: Collection[str] | None = _value_words(lowered) if values_only else None
     if words is None:
-        words = set(lowered.split())
+        words = _distinct_words(lowered)
         if values_only:
             words = set(filter(_HAS_VALUE_CHAR.search, words))
     prints = list(_words_prints(words)) if words else []
@@ -424,6 +425,16 @@ def words_of(text: str, values_only: bool) -> list[int]:
     # An amount is inside one word of ASCII text (one with a digit, a value word): read in
     # the distinct words, far shorter than prose.
     return prints + _amount_prints(" ".join(words) if lowered.isascii() else lowered)
+
+
+def _distinct_words(lowered: str) -> set[str]:
+    """`set(lowered.split())`: in one C pass for ASCII text where `native` is built, which
+    makes a string of each distinct word only (prose repeats most)."""
+    if native.NATIVE is not None and lowered.isascii():
+        found = native.NATIVE.distinct_words(lowered)
+        if found is not None:
+            return found
+    return set(lowered.split())
 
 
 # The fingerprints `learn` takes in, by (text, values_only), computed ahead by `words_to_learn`.

@@ -13,8 +13,7 @@ import pytest
 
 from aap_server.guardian import fingerprints as fingerprints_module
 from aap_server.guardian import memory as guardian_memory
-from aap_server.guardian import native
-from aap_server.guardian import provenance
+from aap_server.guardian import native, provenance
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.guardian.test_memory_log import READS_UNTRUSTED_LINES

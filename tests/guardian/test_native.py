@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 
 from aap_server.guardian import native, provenance
 from aap_server.guardian.detectors import _views, pii, scan_all, secret_formats
-from aap_server.guardian.fingerprints import fingerprint, fingerprints, fingerprints_in_python
+from aap_server.guardian.fingerprints import (
+    Prints,
+    fingerprint,
+    fingerprints,
+    fingerprints_in_python,
+)
 from aap_server.guardian.memory import SessionFacts
 from aap_server.guardian.policy import default_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
@@ -174,6 +179,36 @@ def test_fingerprints_refuse_text_as_zlib_does() -> None:
         fingerprints_in_python(["text"])  # type: ignore[list-item]
 
 
+# A session's bounded set of fingerprints: values from a small range (so that steps repeat
+# values and meet known ones), limits small enough to forget, a take between steps or not.
+_PRINTS_STEPS = st.lists(
+    st.tuples(st.lists(st.integers(0, 40) | st.just(2**64 - 1), max_size=30), st.booleans()),
+    max_size=12,
+)
+
+
+def _prints_after(limit: int, steps: list[tuple[list[int], bool]]) -> list[Any]:
+    """What a `Prints` says along the steps: each `add_all`'s answer, the values taken."""
+    prints = Prints(limit)
+    seen: list[Any] = []
+    for values, take in steps:
+        seen.append(prints.add_all(values))
+        seen.append(prints.touched())
+        if take:
+            seen.append(prints.take_touched())
+    seen += [prints.values(), prints.saturated, prints.take_touched(), len(prints)]
+    return seen
+
+
+@PROPERTY
+@given(st.integers(0, 50), _PRINTS_STEPS)
+def test_prints_take_values_in_as_the_pythons(
+    limit: int, steps: list[tuple[list[int], bool]]
+) -> None:
+    with_c, in_python = both(_prints_after, limit, steps)
+    assert with_c == in_python
+
+
 # --- provenance: parts, amounts, words ------------------------------------------------------
 
 
@@ -191,6 +226,13 @@ def test_parts_prints_are_the_pythons(text: str) -> None:
 def test_amount_prints_are_the_pythons(text: str) -> None:
     with_c, in_python = both(provenance._amount_prints, text.lower())
     assert sorted(with_c) == sorted(set(in_python))
+
+
+@PROPERTY
+@given(ascii_texts)
+def test_distinct_words_are_the_set_of_the_split(text: str) -> None:
+    assert BUILT is not None
+    assert BUILT.distinct_words(text) == set(text.split())
 
 
 @PROPERTY
@@ -225,12 +267,12 @@ def test_what_parts_and_amounts_read_spelled_out() -> None:
 
 def test_the_c_functions_refuse_other_text() -> None:
     assert BUILT is not None
-    for function in (BUILT.parts_prints, BUILT.amount_prints):
+    for function in (BUILT.parts_prints, BUILT.amount_prints, BUILT.distinct_words):
         with pytest.raises(ValueError, match="ASCII"):
             function("café 9731")
         with pytest.raises(TypeError):
             function(b"9731")  # type: ignore[arg-type]
-        assert function("") == []
+        assert not function("")
     with pytest.raises(ValueError, match="apostrophe"):
         BUILT.amount_prints("1'200.50")
 
@@ -346,12 +388,16 @@ class _GivesUp:
     def amount_prints(self, text: str) -> None:
         return None
 
+    def distinct_words(self, text: str) -> None:
+        return None
+
 
 def test_a_c_function_that_gives_up_leaves_the_work_to_python(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     text = '{"id":"ord_000060","total":9731.50,"note":"pay eur9,731 to bob@x.example"}' * 20
-    expected = both(provenance.words_of, text, True)[1], both(scan_all, text)[1]
+    expected = [both(provenance.words_of, text, v)[1] for v in (False, True)]
+    findings = both(scan_all, text)[1]
     monkeypatch.setattr(native, "NATIVE", _GivesUp(BUILT))
-    assert set(provenance.words_of(text, True)) == set(expected[0])
-    assert scan_all(text) == expected[1]
+    assert [set(provenance.words_of(text, v)) for v in (False, True)] == list(map(set, expected))
+    assert scan_all(text) == findings
