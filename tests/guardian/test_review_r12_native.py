@@ -3,8 +3,9 @@ selector (`native.py`) and the callers in provenance, fingerprints and the detec
 
 What held is pinned here where the input is a hard one (the checksums at their overflow
 edges, the C functions against the Python reference on hand-picked texts, error paths that
-leak nothing and never crash, linear time on pathological texts). What is still open is
-`xfail(strict=True)` with the place and the reason."""
+leak nothing and never crash, linear time on pathological texts), and what it found and was
+fixed (the collision budget weighed against distinct values only, a list subclass, an image
+that built without the extension)."""
 
 from __future__ import annotations
 
@@ -279,7 +280,7 @@ def test_the_c_functions_are_linear_on_pathological_texts(name: str) -> None:
     assert ratio < 30, f"{name}: 10x the input cost {ratio:.0f}x the CPU time"
 
 
-# --- open: the collision budget gives up on benign texts -------------------------------------
+# --- the collision budget holds on benign texts of many repeats --------------------------------
 
 
 def _price_list() -> str:
@@ -292,17 +293,10 @@ def _price_list() -> str:
 
 
 @needs_the_extension
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "_native.c:printset_add: COLLISION_BUDGET(s->count) weighs the probes of every "
-        "lookup, repeats included, against the distinct values only: a benign price list "
-        "(400 amounts, each 100 times) gives up (None) under every hash seed, and words_of "
-        "pays the C pass and then the Python pass (51 ms; 11 ms with a budget per lookup; "
-        "61 ms in Python)"
-    ),
-)
 def test_a_price_list_keeps_the_c_amount_pass() -> None:
+    # The budget is per look-up (repeats included): 400 amounts each 100 times stay in C
+    # under every hash seed (with a budget per distinct value they gave up, and words_of paid
+    # the C pass and then the Python pass).
     assert BUILT is not None
     text = _price_list().lower()
     with_c, in_python = with_c_and_in_python(provenance._amount_prints, text)
@@ -311,17 +305,9 @@ def test_a_price_list_keeps_the_c_amount_pass() -> None:
 
 
 @needs_the_extension
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "_native.c:printset_add and runset_add: the same budget per distinct value; past "
-        "1 MB the sets start at 65,536 values, so 60,000 distinct words each 20 times (a "
-        "12 MB log) fill them to half and the lookups of the repeats exhaust the budget: "
-        "parts_prints, distinct_runs and distinct_words give up (None) and Python redoes "
-        "the work"
-    ),
-)
 def test_a_large_log_of_repeated_words_keeps_the_c_passes() -> None:
+    # Past 1 MB the sets start at 65,536 values: 60,000 words each 20 times fill them to
+    # half, and the repeats' probes are paid for by their own look-ups.
     assert BUILT is not None
     text = " ".join([f"w{n}x/y" for n in range(60_000)] * 20)
     assert BUILT.parts_prints(text) is not None
@@ -329,21 +315,12 @@ def test_a_large_log_of_repeated_words_keeps_the_c_passes() -> None:
     assert BUILT.distinct_runs(text.encode(), bytes(range(256))) is not None
 
 
-# --- open: Prints.add_all of a list subclass --------------------------------------------------
+# --- Prints.add_all of a list subclass --------------------------------------------------------
 
 
 @needs_the_extension
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason=(
-        "fingerprints.py:Prints.add_all passes any list (isinstance) to _native.c:"
-        "native_merge_prints, which takes an exact list only (PyList_CheckExact): a list "
-        "subclass is a TypeError with the extension and remembered without it; "
-        "`type(values) is list` in add_all (else list(values)) makes them agree"
-    ),
-)
 def test_prints_take_a_list_subclass_with_the_extension_too() -> None:
+    # The C pass takes an exact list only: add_all copies anything else into one.
     class Values(list[int]):
         pass
 
@@ -365,15 +342,6 @@ def test_the_images_build_stage_has_a_c_compiler() -> None:
     assert re.search(r"apt-get install[^\n]*\bgcc\b", _build_stage())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Dockerfile: nothing checks that the wheel holds the extension (it is optional: a "
-        "compile error, a missing header or another base image still builds the image, "
-        "which then runs the pure-Python code silently); a `python -c 'from "
-        "aap_server.guardian import _native'` after the install makes that a build failure"
-    ),
-)
 def test_the_image_fails_to_build_without_the_extension() -> None:
     dockerfile = (REPOSITORY / "Dockerfile").read_text()
     assert re.search(r"RUN [^\n]*python[^\n]*(guardian import _native|native\.BUILT)", dockerfile)
