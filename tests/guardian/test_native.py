@@ -329,13 +329,13 @@ _TABLES = [
 ]
 
 
+@needs_the_extension
 @PROPERTY
 @given(
     st.binary(max_size=400) | any_texts.map(lambda t: t.encode("utf-8", "surrogatepass")),
     st.sampled_from(_TABLES) | st.binary(min_size=256, max_size=256),
     st.binary(max_size=8) | st.just(secret_formats._NOT_NAME_LETTERS),
 )
-@needs_the_extension
 def test_distinct_runs_are_the_set_of_the_translated_split(
     data: bytes, table: bytes, delete: bytes
 ) -> None:
