@@ -22,7 +22,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     AAP_DB=/data/aap.db \
     AAP_LOG_FORMAT=json
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+# The import fails the build if the wheel came without the guardian's C extension (it is
+# optional to pip: a compile error would otherwise leave the image on pure Python, silently).
+RUN pip install --no-cache-dir /wheels/*.whl && python -c "from aap_server.guardian import _native" \
+    && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin aap \
     && mkdir /data && chown aap:aap /data
 USER aap

@@ -119,11 +119,12 @@ fingerprint_of(const unsigned char *p, Py_ssize_t n)
 /* Runs and fingerprints of attacker-controlled text are hashed with a per-process key (taken
  * from Python's own hash secret at import, so as random as PYTHONHASHSEED makes it): which
  * values collide cannot be worked out ahead. And each set counts its probes: past
- * COLLISION_BUDGET the function gives up (returns None) and its caller runs the Python code,
- * so no input makes the work quadratic. */
+ * COLLISION_BUDGET of its look-ups (eight probes a look-up on average, repeats counted as
+ * look-ups too, so a text of a few values many times is not cut short) the function gives up
+ * (returns None) and its caller runs the Python code, so no input makes the work quadratic. */
 static uint64_t hash_key;
 
-#define COLLISION_BUDGET(count) (8 * (count) + 1024)
+#define COLLISION_BUDGET(lookups) (8 * (lookups) + 1024)
 #define TOO_MANY_COLLISIONS (-2)
 
 static inline uint64_t
@@ -161,7 +162,8 @@ typedef struct {
     unsigned char *used;
     size_t mask; /* capacity - 1, capacity a power of two */
     size_t count;
-    size_t probes; /* steps past a value's first slot, all added up */
+    size_t lookups; /* add calls, repeats included: what the probes are weighed against */
+    size_t probes;  /* steps past a value's first slot, all added up */
 } PrintSet;
 
 static int
@@ -180,6 +182,7 @@ printset_init(PrintSet *s, size_t capacity)
     }
     s->mask = cap - 1;
     s->count = 0;
+    s->lookups = 0;
     s->probes = 0;
     return 0;
 }
@@ -208,7 +211,8 @@ static int
 printset_add(PrintSet *s, uint64_t v)
 {
     size_t i = printset_find(s, v);
-    if (s->probes > COLLISION_BUDGET(s->count)) {
+    s->lookups++;
+    if (s->probes > COLLISION_BUDGET(s->lookups)) {
         return TOO_MANY_COLLISIONS;
     }
     if (s->used[i]) {
@@ -227,6 +231,7 @@ printset_add(PrintSet *s, uint64_t v)
             }
         }
         bigger.count = s->count;
+        bigger.lookups = s->lookups;
         bigger.probes += s->probes;
         printset_free(s);
         *s = bigger;
@@ -265,6 +270,7 @@ typedef struct {
     uint64_t *hashes;
     size_t mask;
     size_t count;
+    size_t lookups; /* as PrintSet's */
     size_t probes;
 } RunSet;
 
@@ -290,6 +296,7 @@ runset_init(RunSet *r, size_t capacity)
     }
     r->mask = cap - 1;
     r->count = 0;
+    r->lookups = 0;
     r->probes = 0;
     return 0;
 }
@@ -355,13 +362,14 @@ runset_add(RunSet *r, const unsigned char *buffer, Py_ssize_t start, Py_ssize_t 
            uint64_t hash)
 {
     size_t i = (size_t)hash & r->mask;
+    r->lookups++;
     while (r->starts[i] != -1) {
         if (r->hashes[i] == hash && r->sizes[i] == size &&
             same_bytes(buffer + r->starts[i], buffer + start, size)) {
             return 0;
         }
         i = (i + 1) & r->mask;
-        if (++r->probes > COLLISION_BUDGET(r->count)) {
+        if (++r->probes > COLLISION_BUDGET(r->lookups)) {
             return TOO_MANY_COLLISIONS;
         }
     }
@@ -375,6 +383,7 @@ runset_add(RunSet *r, const unsigned char *buffer, Py_ssize_t start, Py_ssize_t 
                 runset_place(&bigger, r->starts[k], r->sizes[k], r->hashes[k]);
             }
         }
+        bigger.lookups = r->lookups;
         bigger.probes += r->probes;
         runset_free(r);
         *r = bigger;
@@ -644,7 +653,7 @@ native_distinct_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     data.obj = table.obj = delete_.obj = NULL;
     PyObject *result = NULL;
     unsigned char *mapped = NULL;
-    RunSet runs = {NULL, NULL, NULL, 0, 0, 0};
+    RunSet runs = {NULL, NULL, NULL, 0, 0, 0, 0};
     unsigned char deleted[256] = {0};
     Py_ssize_t size = 0;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0 ||
@@ -1025,6 +1034,19 @@ native_merge_prints(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *prints = args[0], *values = args[1], *epoch = args[2];
+    /* Every value hashed first (an int's hash cannot fail): an unhashable one raises before
+     * the dict changes, as in Python, and never leaves a batch half in. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        if (!PyLong_CheckExact(value)) {
+            Py_INCREF(value);
+            Py_hash_t hash = PyObject_Hash(value);
+            Py_DECREF(value);
+            if (hash == -1) {
+                return NULL;
+            }
+        }
+    }
     Py_ssize_t touched = 0;
     int fresh = 0;
     /* (The size read each time and the value held: a key's __eq__ may run Python code.) */

@@ -102,7 +102,8 @@ class Prints:
     def add_all(self, values: Iterable[int]) -> bool:
         """Remember the values, as `add` one after the other would (whether any was new),
         in a few C-level passes: a step adds hundreds of fingerprints at once."""
-        listed = values if isinstance(values, list) else list(values)
+        # (An exact list: the C pass takes no subclass, whose methods it would bypass.)
+        listed = values if type(values) is list else list(values)
         if not listed:
             return False
         if native.NATIVE is not None:  # (one C pass over the values, no set or pairs made)
