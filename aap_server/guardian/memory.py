@@ -329,7 +329,8 @@ class LinkReading(NamedTuple):
     it and they read as, scanned with every PII and secret detector. `joins`: its values read
     two by two as one (`_joined_pairs`), scanned only for what a detector knows by its format
     or checksum, not by its look (any two ids joined look random: `_GUESSES`). `unreadable`:
-    a piece of it is still URL-encoded after `_URL_DECODE_ROUNDS` rounds."""
+    a piece of it, or of what it decoded to, is still URL-encoded after `_URL_DECODE_ROUNDS`
+    rounds."""
 
     forms: list[str]
     joins: str
@@ -364,7 +365,9 @@ def read_link(link: str) -> LinkReading:
     keep(_reads(link))
     layer = [link]
     for depth in range(LINK_DECODE_LAYERS):
-        layer = keep(form for text in layer for form in _link_decodings(text))
+        decodings = [_link_decodings(text) for text in layer]
+        unreadable |= not all(done for _, done in decodings)
+        layer = keep(form for forms, _ in decodings for form in forms)
         if depth == 0:  # (`%2F`, `&amp;`, `%26` between a link's values: read once decoded)
             keep(read for text in layer for read in _reads(text))
     if decoded is not None:  # (in a row: `?a=<base64>&b=<base64>`; as deep as the layers)
@@ -750,36 +753,42 @@ def _url_decoded(text: str) -> tuple[str, bool]:
     return text, urllib.parse.unquote(text) == text
 
 
-def _link_decodings(text: str) -> Iterator[str]:
+def _link_decodings(text: str) -> tuple[list[str], bool]:
     """What a text (a link, or what part of one decoded to) decodes to, one layer: the whole
     of it with HTML entities read, and with `%uXXXX`, `\\uXXXX` and `\\xXX` escapes read;
     each of its pieces with a `%` or `+` URL-decoded (a pair keeps its name,
     `ssn=078-05-1120`, as context for the detectors), and decoded again while `%` escapes
-    remain (`_url_decoded`); its base64, base32 and hex runs decoded."""
+    remain (`_url_decoded`); its base64, base32 and hex runs decoded. And whether each piece
+    stopped changing within `_URL_DECODE_ROUNDS` (not: a piece behind another layer, base64
+    or `%u0025`, nested deeper than decoded)."""
+    decodings: list[str] = []
+    done = True
     if "&#" in text or ("&" in text and ";" in text):
         # `&#52;&#49;…`, `&commat;`: a browser reads an attribute's entities.
-        yield html.unescape(text)
+        decodings.append(html.unescape(text))
     if "\\" in text or "%u" in text or "%U" in text:
         unescaped = _ESCAPE.sub(_unescaped, text)
         if unescaped != text:
-            yield unescaped
+            decodings.append(unescaped)
     if "%" in text or "+" in text:
         for piece in _LINK_PIECES.findall(text):
             if "%" in piece or "+" in piece:
                 unquoted = urllib.parse.unquote_plus(piece)
-                yield unquoted
+                decodings.append(unquoted)
                 if "%" in piece and "+" in piece:
-                    yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
-                deeper = _url_decoded(unquoted)[0]
+                    decodings.append(urllib.parse.unquote(piece))  # base64's `+` kept, `%3D` read
+                deeper, piece_done = _url_decoded(unquoted)
+                done &= piece_done
                 if deeper != unquoted:
-                    yield deeper
+                    decodings.append(deeper)
     encoded = text.encode("utf-8", "surrogatepass")
     for data in itertools.chain(
         _decoded_runs(text, encoded, in_link=True), _base32_runs(text, encoded)
     ):
         decoded = _as_text(data)
         if decoded is not None:
-            yield decoded
+            decodings.append(decoded)
+    return decodings, done
 
 
 # A base32 run (RFC 4648's alphabet, in one case: a mix of cases is base64's), and the lengths

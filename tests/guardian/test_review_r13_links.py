@@ -634,13 +634,6 @@ async def test_a_card_spelled_in_ways_not_read_is_masked(link: str) -> None:
     assert await _masked(link)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory._link_decodings: a piece still URL-encoded after `_url_decoded`'s rounds is "
-    "flagged unreadable only among the raw link's values (`_decoded_values`); behind base64 "
-    "or an escape the raw value reads as done, and the decoded form's rounds run out silently. "
-    "Fix: carry `_url_decoded`'s `done` out of `_link_decodings` into `LinkReading.unreadable`",
-)
 @pytest.mark.parametrize(
     "link",
     [
