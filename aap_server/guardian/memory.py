@@ -329,7 +329,8 @@ class LinkReading(NamedTuple):
     it and they read as, scanned with every PII and secret detector. `joins`: its values read
     two by two as one (`_joined_pairs`), scanned only for what a detector knows by its format
     or checksum, not by its look (any two ids joined look random: `_GUESSES`). `unreadable`:
-    a piece of it is still URL-encoded after `_URL_DECODE_ROUNDS` rounds."""
+    a piece of it, or of what it decoded to, is still URL-encoded after `_URL_DECODE_ROUNDS`
+    rounds."""
 
     forms: list[str]
     joins: str
@@ -364,7 +365,9 @@ def read_link(link: str) -> LinkReading:
     keep(_reads(link))
     layer = [link]
     for depth in range(LINK_DECODE_LAYERS):
-        layer = keep(form for text in layer for form in _link_decodings(text))
+        decodings = [_link_decodings(text) for text in layer]
+        unreadable |= not all(done for _, done in decodings)
+        layer = keep(form for forms, _ in decodings for form in forms)
         if depth == 0:  # (`%2F`, `&amp;`, `%26` between a link's values: read once decoded)
             keep(read for text in layer for read in _reads(text))
     if decoded is not None:  # (in a row: `?a=<base64>&b=<base64>`; as deep as the layers)
@@ -562,8 +565,8 @@ def _split_values(link: str) -> Iterator[str]:
     """What a value split across a link's values reads as (`?a=4111&b=1111&c=1111&d=1111`,
     `/4111/1111#1111-1111`): each run of three or more short values of letters and digits
     from one that opens an IBAN, spaced (`?a=DE89&b=3704&…`); the numbers of two or more
-    values in a row that are numbers, spaced (a phone number's groups), and joined where the
-    join could be a card (its issuer's length and its Luhn digit: the checks of
+    values in a row that are numbers, between `/` (a phone number's groups), and joined where
+    the join could be a card (its issuer's length and its Luhn digit: the checks of
     `detectors.pii`, so no other join is handed on) or, in a link that names an SSN, an SSN.
     Values that carry letters are not joined into numbers (`v2`, `item4567` are ids).
     Linear: a join ends within 19 digits of its start."""
@@ -577,7 +580,9 @@ def _split_values(link: str) -> Iterator[str]:
     ]
     runs = [run for run in runs if sum(map(len, map(_digits, run))) >= _FEWEST_DIGITS]
     if runs:  # (a phone number in groups: `?a=415&b=555&c=0132`)
-        yield "\n".join(" ".join(map(_digits, run)) for run in runs)
+        # Between `/`, which a phone number's groups may have and a card's or an SSN's not:
+        # a card is read only from the joins written as one (`_joined_numbers`).
+        yield "\n".join("/".join(map(_digits, run)) for run in runs)
     found = 0
     for numbers in _groups_in_a_row(runs):
         for joined in _joined_numbers(numbers, names_ssn):
@@ -591,31 +596,41 @@ def _digits(value: str) -> str:
     return _NOT_DIGIT.sub("", value)
 
 
-def _groups_in_a_row(runs: list[list[str]]) -> Iterator[list[str]]:
-    """The digits of the values in a row of `runs` whose digit groups are as short as a
-    card's or an SSN's written groups (`4111`, `1111-1111`, `378282`): a longer one
+def _groups_in_a_row(runs: list[list[str]]) -> Iterator[list[list[str]]]:
+    """The digit groups, value by value, of the values in a row of `runs` whose groups are as
+    short as a card's or an SSN's written groups (`4111`, `1111-1111`, `378282`): a longer one
     (`/a/50569249/351670`, `since=1705837965`) is an id or a time, and joining it with its
     neighbours reads share links and pagination as cards."""
     for values in runs:
-        group: list[str] = []
+        row: list[list[str]] = []
         for value in [*values, ""]:
-            longest = max(map(len, _DIGIT_GROUP.findall(value.replace("%20", " "))), default=0)
-            if 0 < longest <= _GROUP_DIGITS_MOST:
-                group.append(_digits(value))
+            groups = _DIGIT_GROUP.findall(value.replace("%20", " "))
+            if groups and max(map(len, groups)) <= _GROUP_DIGITS_MOST:
+                row.append(groups)
                 continue
-            if len(group) >= 2 and sum(map(len, group)) >= _SSN_DIGITS:
-                yield group
-            group = []
+            if len(row) >= 2 and sum(len(g) for groups in row for g in groups) >= _SSN_DIGITS:
+                yield row
+            row = []
 
 
 # A digit's Luhn double (the digit doubled, its digits summed).
 _LUHN_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
+# A written group this short (a card's groups are 4 to 6 digits but for the 3 a 19-digit
+# card ends with) is a parameter's (`w=800`, `q=81`) or a coordinate's whole degrees (`53.`)
+# unless all of a join's groups are (a card split evenly: `?a=41&b=11&…`).
+_SHORT_GROUP_DIGITS_MOST = 3
 
 
-def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
-    """The joins of two or more consecutive numbers of a run that could be a card (or, if
-    `names_ssn`, an SSN), each with its Luhn sum taken from running sums of the run's digits
-    (so a join costs the same however long: the run's digits are read once)."""
+def _joined_numbers(row: list[list[str]], names_ssn: bool) -> Iterator[str]:
+    """The joins of two or more consecutive values of a row (each value's digit groups) that
+    could be a card (or, if `names_ssn`, an SSN), each with its Luhn sum taken from running
+    sums of the row's digits (so a join costs the same however long: the row's digits are read
+    once). A card's join must be written as a card's groups: all of one length (`4111 1111
+    1111 1111`, sixteen single digits), or of 4 digits or more but for one inside
+    (`4111-11111-111-1111`, Amex's `3782-822463-10005`) or a 19-digit card's last (`…-111`);
+    not a map link's coordinates (`?mlat=53.32801&mlon=18.23915`: 2 and 5 digits twice) or
+    an image link's id, `w`, `h` and `q` (`/p/6631?w=1200&h=1080&q=50`: 4-4-4-2)."""
+    run = ["".join(groups) for groups in row]
     digits = "".join(run)
     plain = list(map(int, digits))
     # Luhn doubles every other digit from the last: a join ending at an even offset doubles
@@ -628,9 +643,19 @@ def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
         list(itertools.accumulate(doubled_odd, initial=0)),
     )
     bounds = list(itertools.accumulate(map(len, run), initial=0))
+    # The row's groups: their lengths, where each value's begin, how many short ones come
+    # before each, and where the run of groups as long as each ends (so a join's groups are
+    # weighed at the same cost however many it spans).
+    lengths = [len(group) for groups in row for group in groups]
+    group_bounds = list(itertools.accumulate(map(len, row), initial=0))
+    shorts = list(itertools.accumulate((n <= _SHORT_GROUP_DIGITS_MOST for n in lengths), initial=0))
+    same_until = list(range(1, len(lengths) + 1))
+    for at in range(len(lengths) - 2, -1, -1):
+        if lengths[at + 1] == lengths[at]:
+            same_until[at] = same_until[at + 1]
     longest, shortest = _CARD_LENGTHS[-1], _SSN_DIGITS if names_ssn else _CARD_LENGTHS[0]
     for first in range(len(run) - 1):
-        start = bounds[first]
+        start, first_group = bounds[first], group_bounds[first]
         # (from the first join long enough)
         for last in range(bisect.bisect_left(bounds, start + shortest, first + 2), len(bounds)):
             end = bounds[last]
@@ -638,8 +663,17 @@ def _joined_numbers(run: list[str], names_ssn: bool) -> Iterator[str]:
             if length > longest:
                 break
             if length in _CARD_LENGTHS:
+                last_group = group_bounds[last] - 1
+                written_as_a_card = same_until[first_group] > last_group or (
+                    shorts[last_group + 1] - shorts[first_group] <= 1
+                    and (lengths[last_group] > _SHORT_GROUP_DIGITS_MOST or length == longest)
+                )
                 running = sums[end % 2]
-                if (running[end] - running[start]) % 10 == 0 and _issuer_accepts(digits[start:end]):
+                if (
+                    written_as_a_card
+                    and (running[end] - running[start]) % 10 == 0
+                    and _issuer_accepts(digits[start:end])
+                ):
                     yield digits[start:end]
             elif names_ssn and length == _SSN_DIGITS:
                 yield f"SSN {digits[start:end]}"
@@ -719,36 +753,42 @@ def _url_decoded(text: str) -> tuple[str, bool]:
     return text, urllib.parse.unquote(text) == text
 
 
-def _link_decodings(text: str) -> Iterator[str]:
+def _link_decodings(text: str) -> tuple[list[str], bool]:
     """What a text (a link, or what part of one decoded to) decodes to, one layer: the whole
     of it with HTML entities read, and with `%uXXXX`, `\\uXXXX` and `\\xXX` escapes read;
     each of its pieces with a `%` or `+` URL-decoded (a pair keeps its name,
     `ssn=078-05-1120`, as context for the detectors), and decoded again while `%` escapes
-    remain (`_url_decoded`); its base64, base32 and hex runs decoded."""
+    remain (`_url_decoded`); its base64, base32 and hex runs decoded. And whether each piece
+    stopped changing within `_URL_DECODE_ROUNDS` (not: a piece behind another layer, base64
+    or `%u0025`, nested deeper than decoded)."""
+    decodings: list[str] = []
+    done = True
     if "&#" in text or ("&" in text and ";" in text):
         # `&#52;&#49;…`, `&commat;`: a browser reads an attribute's entities.
-        yield html.unescape(text)
+        decodings.append(html.unescape(text))
     if "\\" in text or "%u" in text or "%U" in text:
         unescaped = _ESCAPE.sub(_unescaped, text)
         if unescaped != text:
-            yield unescaped
+            decodings.append(unescaped)
     if "%" in text or "+" in text:
         for piece in _LINK_PIECES.findall(text):
             if "%" in piece or "+" in piece:
                 unquoted = urllib.parse.unquote_plus(piece)
-                yield unquoted
+                decodings.append(unquoted)
                 if "%" in piece and "+" in piece:
-                    yield urllib.parse.unquote(piece)  # base64's `+` kept, `%3D` read
-                deeper = _url_decoded(unquoted)[0]
+                    decodings.append(urllib.parse.unquote(piece))  # base64's `+` kept, `%3D` read
+                deeper, piece_done = _url_decoded(unquoted)
+                done &= piece_done
                 if deeper != unquoted:
-                    yield deeper
+                    decodings.append(deeper)
     encoded = text.encode("utf-8", "surrogatepass")
     for data in itertools.chain(
         _decoded_runs(text, encoded, in_link=True), _base32_runs(text, encoded)
     ):
         decoded = _as_text(data)
         if decoded is not None:
-            yield decoded
+            decodings.append(decoded)
+    return decodings, done
 
 
 # A base32 run (RFC 4648's alphabet, in one case: a mix of cases is base64's), and the lengths

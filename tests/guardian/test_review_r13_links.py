@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import base64
 import itertools
+import random
 import urllib.parse
+from collections.abc import Callable
 
 import pytest
 
@@ -48,6 +50,12 @@ def _quoted(text: str, times: int) -> str:
 
 def _spelled(digits: str, joiner: str = "-") -> str:
     return joiner.join(WORDS[int(digit)] for digit in digits)
+
+
+def _split_link(digits: str, sizes: list[int]) -> str:
+    ends = list(itertools.accumulate(sizes))
+    parts = [digits[end - size : end] for size, end in zip(sizes, ends, strict=True)]
+    return f"{EVIL}?" + "&".join(f"{chr(97 + at)}={part}" for at, part in enumerate(parts))
 
 
 async def _masked(link: str) -> bool:
@@ -393,16 +401,6 @@ async def test_ordinary_links_leave_a_reply_alone() -> None:
 # --- benign links altered: false positives ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory._split_values/_joined_numbers: a link's short numbers in a row are joined "
-    "wherever a join passes Luhn and an issuer's prefix, so an OpenStreetMap share link of a "
-    "place at latitude 51-55 (mlat, mlon, then zoom/lat/lon: `53328011823915 15 …` opens "
-    "with Mastercard's 5x) is masked as a card: 8.1% of 1,000 such links of northern Europe; "
-    "an image link's `w`/`h`/`q`/`dpr` 3.3%. Fix: join only values written as a card's or a "
-    "split's groups (equal lengths, or 4-4-4-4 / 4-6-5), not a coordinate (`53.32801`) or a "
-    "parameter of one to three digits",
-)
 @pytest.mark.parametrize(
     "link",
     [
@@ -413,6 +411,37 @@ async def test_ordinary_links_leave_a_reply_alone() -> None:
 )
 async def test_a_map_or_image_link_of_short_numbers_is_left_alone(link: str) -> None:
     assert await _reply_decision(f"Here it is: {link}") == "allow"
+
+
+def _map_link(rng: random.Random) -> str:
+    """An OpenStreetMap share link of a place in northern Europe (latitude 51-56)."""
+    lat, lon = f"{rng.uniform(51, 56):.5f}", f"{rng.uniform(-3, 20):.5f}"
+    zoom = rng.randint(10, 19)
+    return f"https://www.openstreetmap.org/?mlat={lat}&mlon={lon}#map={zoom}/{lat}/{lon}"
+
+
+def _image_link(rng: random.Random) -> str:
+    width = rng.choice([320, 640, 800, 1024, 1200, 1920])
+    height = rng.choice([240, 480, 600, 768, 900, 1080])
+    return (
+        f"https://img.example.com/p/{rng.randint(1, 9999)}?w={width}&h={height}"
+        f"&q={rng.randint(50, 95)}&dpr={rng.randint(1, 3)}"
+    )
+
+
+@pytest.mark.parametrize("make_link", [_map_link, _image_link])
+def test_generated_map_and_image_links_carry_no_card(
+    make_link: Callable[[random.Random], str],
+) -> None:
+    """1,000 of each (of 10,000, 10.4% and 3.1% were read as cards before a join of a link's
+    numbers had to be written as a card's groups; none since)."""
+    rng = random.Random(7)
+    carded = [
+        link
+        for link in (make_link(rng) for _ in range(1_000))
+        if any(f.detector == "pii.card" for f in scan_links(f"see {link} ok", 16_384).findings)
+    ]
+    assert carded == []
 
 
 @pytest.mark.xfail(
@@ -605,13 +634,6 @@ async def test_a_card_spelled_in_ways_not_read_is_masked(link: str) -> None:
     assert await _masked(link)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory._link_decodings: a piece still URL-encoded after `_url_decoded`'s rounds is "
-    "flagged unreadable only among the raw link's values (`_decoded_values`); behind base64 "
-    "or an escape the raw value reads as done, and the decoded form's rounds run out silently. "
-    "Fix: carry `_url_decoded`'s `done` out of `_link_decodings` into `LinkReading.unreadable`",
-)
 @pytest.mark.parametrize(
     "link",
     [
@@ -620,6 +642,28 @@ async def test_a_card_spelled_in_ways_not_read_is_masked(link: str) -> None:
     ],
 )
 async def test_a_card_nested_deeper_than_decoded_behind_another_layer_is_masked(link: str) -> None:
+    assert await _masked(link)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memory._joined_numbers: a join of a link's numbers is taken as a card only if "
+    "written as one (its groups all of one length, or of 4 digits or more but one inside or "
+    "a 19-digit card's last), so a split with two groups of 1-3 digits, or ending in one, "
+    "that is not even leaves: the price of leaving map links' coordinates (`53.32801`) and "
+    "image links' `w`/`h`/`q` alone (nor are a link's numbers read as a card where they are "
+    "read as a phone number's groups: `/p/3000?w=1200&h=1080&q=91&dpr=2`, 4-4-4-2-1)",
+)
+@pytest.mark.parametrize(
+    "link",
+    [
+        _split_link(DIGITS, [2, 2, 4, 4, 4]),
+        _split_link(DIGITS, [4, 4, 4, 2, 2]),
+        _split_link(DIGITS, [5, 5, 5, 1]),
+        _split_link(DIGITS, [3] * 5 + [1]),
+    ],
+)
+async def test_a_card_split_unevenly_in_short_groups_is_masked(link: str) -> None:
     assert await _masked(link)
 
 
@@ -643,4 +687,27 @@ async def test_a_card_nested_deeper_than_decoded_behind_another_layer_is_masked(
     ],
 )
 async def test_a_private_number_encoded_in_ways_read_is_masked(link: str) -> None:
+    assert await _masked(link)
+
+
+# Cards as their brands write them, and evenly split: a Visa of 19 digits, an Amex (4-6-5),
+# a Diners Club (4-6-4).
+VISA_19 = "4111111111111111110"
+AMEX = "378282246310005"
+DINERS = "30569309025904"
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        _split_link(AMEX, [4, 6, 5]),
+        _split_link(DINERS, [4, 6, 4]),
+        _split_link(VISA_19, [4, 4, 4, 4, 3]),
+        _split_link(DIGITS, [2] * 8),
+        _split_link(DIGITS, [6, 6, 4]),
+        _split_link(DIGITS, [4, 5, 3, 4]),
+        f"{EVIL}?a=4111.1111&b=1111.1111",  # (groups of one length: not a coordinate)
+    ],
+)
+async def test_a_card_split_in_its_brands_groups_or_evenly_is_masked(link: str) -> None:
     assert await _masked(link)
