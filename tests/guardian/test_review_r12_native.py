@@ -15,41 +15,20 @@ import subprocess
 import sys
 import textwrap
 import zlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from aap_server.guardian import fingerprints, native, provenance
+from aap_server.guardian import fingerprints, provenance
 from aap_server.guardian.detectors import _views, scan_all
 from aap_server.guardian.fingerprints import fingerprints_in_python
 from tests.conftest import best_cpu_seconds
+from tests.guardian.test_native import BUILT, both
 
-# The extension itself, whether or not AAP_GUARDIAN_PURE_PYTHON switched it off (`native.NATIVE`
-# is None then: the comparisons still run, the guardian's own tests run Python).
-try:
-    from aap_server.guardian import _native as BUILT
-except ImportError:  # (installed without a compiler)
-    BUILT = None  # type: ignore[assignment]
 needs_the_extension = pytest.mark.skipif(
     BUILT is None, reason="the C extension is not built (test_native.py says so)"
 )
 REPOSITORY = Path(__file__).resolve().parents[2]
-
-
-def with_c_and_in_python(function: Callable[..., Any], *args: object) -> tuple[Any, Any]:
-    """`function(*args)` with the C extension, then with the pure-Python code."""
-    assert BUILT is not None
-    original = native.NATIVE
-    try:
-        native.NATIVE = BUILT
-        with_c = function(*args)
-        native.NATIVE = None
-        in_python = function(*args)
-    finally:
-        native.NATIVE = original
-    return with_c, in_python
 
 
 def zlib_prints(chunks: list[bytes]) -> list[int]:
@@ -111,12 +90,12 @@ def test_parts_and_amounts_of_hard_texts_are_the_pythons(text: str) -> None:
     # Called as provenance calls them (lower-cased), and the C functions directly on the text
     # as it is (upper case included) against the Python code they stand for.
     for given in (text, text.lower()):
-        with_c, in_python = with_c_and_in_python(provenance._parts_prints, given)
+        with_c, in_python = both(provenance._parts_prints, given)
         assert sorted(with_c) == sorted(set(in_python))
-        with_c, in_python = with_c_and_in_python(provenance._amount_prints, given)
+        with_c, in_python = both(provenance._amount_prints, given)
         assert sorted(with_c) == sorted(set(in_python))
         for values_only in (False, True):
-            with_c, in_python = with_c_and_in_python(provenance.words_of, given, values_only)
+            with_c, in_python = both(provenance.words_of, given, values_only)
             assert set(with_c) == set(in_python)
     assert BUILT is not None
     assert sorted(BUILT.parts_prints(text) or []) == sorted(provenance._parts_prints_ascii(text))
@@ -136,9 +115,9 @@ def test_parts_and_amounts_of_hard_texts_are_the_pythons(text: str) -> None:
 )
 def test_words_of_mixed_scripts_are_the_pythons(text: str) -> None:
     for values_only in (False, True):
-        with_c, in_python = with_c_and_in_python(provenance.words_of, text, values_only)
+        with_c, in_python = both(provenance.words_of, text, values_only)
         assert set(with_c) == set(in_python)
-    findings_with_c, findings_in_python = with_c_and_in_python(scan_all, text)
+    findings_with_c, findings_in_python = both(scan_all, text)
     assert findings_with_c == findings_in_python
 
 
@@ -155,7 +134,7 @@ def test_distinct_words_cut_where_str_split_does() -> None:
         " \x1c\x1d\x1e\x1f\t\n\x0b\x0c\r ",
     ):
         assert BUILT.distinct_words(text) == set(text.split())
-        with_c, in_python = with_c_and_in_python(provenance.words_of, text, False)
+        with_c, in_python = both(provenance.words_of, text, False)
         assert set(with_c) == set(in_python)
 
 
@@ -299,7 +278,7 @@ def test_a_price_list_keeps_the_c_amount_pass() -> None:
     # the C pass and then the Python pass).
     assert BUILT is not None
     text = _price_list().lower()
-    with_c, in_python = with_c_and_in_python(provenance._amount_prints, text)
+    with_c, in_python = both(provenance._amount_prints, text)
     assert sorted(with_c) == sorted(set(in_python))  # (held)
     assert BUILT.amount_prints(text) is not None
 
@@ -324,7 +303,7 @@ def test_prints_take_a_list_subclass_with_the_extension_too() -> None:
     class Values(list[int]):
         pass
 
-    with_c, in_python = with_c_and_in_python(lambda: fingerprints.Prints(8).add_all(Values([1])))
+    with_c, in_python = both(lambda: fingerprints.Prints(8).add_all(Values([1])))
     assert with_c == in_python is True
 
 
