@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from aap_server.agent import Agent
 from aap_server.config import Settings
+from aap_server.guardian import native
 from aap_server.guardian.policy import Policy
 
 logger = logging.getLogger("aap_server")
@@ -47,13 +48,14 @@ def log_banner(
         "off" if settings.metrics_auth == "off" else f"{url}/metrics ({settings.metrics_auth})"
     )
     logger.info(
-        "aap-server %s on %s | agents: %s | policy: %s | guardians: %s | database: %s | "
+        "aap-server %s on %s | agents: %s | policy: %s | guardians: %s (%s) | database: %s | "
         "docs: %s/schema | metrics: %s | tracing: %s",
         version,
         url,
         agent_names,
         policy_text,
         ", ".join(guardians),
+        native.active(),  # pure Python: installed without a C compiler (slower, same verdicts)
         settings.db,
         url,
         metrics,
@@ -64,6 +66,7 @@ def log_banner(
             "agents": [agent.name for agent in agents],
             "policy_hash": policy.hash if policy is not None else None,
             "policy_mode": policy.mode if policy is not None else None,
+            "guardian_primitives": native.active(),
             "database": settings.db,
             "docs_url": f"{url}/schema",
         },

@@ -131,6 +131,8 @@ def test_json_lines_for_every_logger(tmp_path: Path) -> None:
     assert banner["agents"] == ["demo"]
     assert len(banner["policy_hash"]) == 64
     assert banner["policy_mode"] == "enforce"
+    # The guardian's C extension runs (an install without a compiler says "pure Python").
+    assert banner["guardian_primitives"] == "C extension"
     assert banner["database"] == str(tmp_path / "aap.db")
     assert banner["docs_url"] == f"{running.url}/schema"
 
