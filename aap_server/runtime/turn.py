@@ -77,7 +77,7 @@ from aap_server.store import (
     SessionStore,
     StepWrite,
 )
-from aap_server.store.codec import EncodedStep, encode_step
+from aap_server.store.codec import EncodedStep
 
 logger = logging.getLogger("aap_server.turn")
 
@@ -700,8 +700,7 @@ class TurnRun:
             if write.guardian_memory is not None:  # the stored records miss this one now
                 self.guardian.memory_not_stored(self.session_id)
             raise
-        # The bytes the store wrote, for the session cache (encoded here if it gave none).
-        self.committed.append((write, encode_step(write) if step is None else step))
+        self.committed.append((write, step))  # (the bytes the store wrote: the session cache's)
         if holds_input and self.input is not None:
             self.input.committed()
 

@@ -325,15 +325,15 @@ class SessionStore(abc.ABC):
         QuotaExceededError when the owner is at its stored-bytes quota (a turn would add)."""
 
     @abc.abstractmethod
-    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep | None:
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
         """Apply one step's writes atomically (all or nothing). LeaseLostError (nothing
         written) when `turn_fence` names this session and its turn's lease is gone. Adds
         exactly one to the session's version (see `claim_turn`) per write stored, also when
         a backend stores several writes in one transaction: a process counts its own. (A
         store only this process writes, whose claims read no version, need not count.)
-        Returns the write as it encoded and stored it (`codec.encode_step`), if it did: a
-        caller keeping what it wrote (the runtime's session cache) reads those bytes back
-        instead of encoding the write again; None leaves that to the caller."""
+        Returns the write as it encoded and stored it (`codec.encode_step`): a caller keeping
+        what it wrote (the runtime's session cache) reads those bytes back instead of encoding
+        the write again."""
 
     async def writes_settled(self) -> None:
         """Return once every write issued before has been stored or refused, including one

@@ -24,6 +24,7 @@ from aap_server.protocol import (
 from aap_server.runtime import AapService, AgentRegistry, none_view
 from aap_server.runtime.principal import Principal
 from aap_server.store import StepWrite
+from aap_server.store.codec import EncodedStep
 from aap_server.store.sqlite import SqliteSessionStore
 from agents import discover
 from tests.e2e.guardian_helpers import tool_line
@@ -106,12 +107,12 @@ class FailingMemoryWrite(SqliteSessionStore):
 
     fail_next = False
 
-    async def commit(self, session_id: str, write: StepWrite) -> None:
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
         if self.fail_next and any(isinstance(m, ToolMessage) for m in write.full):
             assert write.guardian_memory is not None  # what the result taught the guardian
             self.fail_next = False
             raise OSError("no space left on device")
-        await super().commit(session_id, write)
+        return await super().commit(session_id, write)
 
 
 async def test_memory_whose_write_failed_is_stored_whole_by_the_next_turn(tmp_path: Path) -> None:

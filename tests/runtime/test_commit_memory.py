@@ -23,6 +23,7 @@ from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
 from aap_server.runtime.steps import StepFactory
 from aap_server.runtime.views import none_answer
 from aap_server.store import SqliteSessionStore, StepWrite
+from aap_server.store.codec import EncodedStep
 from tests.conftest import tiny_agent
 
 # A card number the default policy redacts: the guardian learns its placeholder.
@@ -36,9 +37,10 @@ class CountingStore(SqliteSessionStore):
         super().__init__(path)
         self.commits: list[StepWrite] = []
 
-    async def commit(self, session_id: str, write: StepWrite) -> None:
-        await super().commit(session_id, write)
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
+        step = await super().commit(session_id, write)
         self.commits.append(write)
+        return step
 
 
 def service_on(store: SqliteSessionStore) -> AapService:

@@ -35,6 +35,7 @@ from aap_server.protocol import (
 )
 from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
 from aap_server.store import SqliteSessionStore, StepWrite
+from aap_server.store.codec import EncodedStep
 from tests.conftest import tiny_agent
 
 
@@ -45,9 +46,10 @@ class CountingStore(SqliteSessionStore):
         super().__init__(path)
         self.commits: list[StepWrite] = []
 
-    async def commit(self, session_id: str, write: StepWrite) -> None:
-        await super().commit(session_id, write)
+    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
+        step = await super().commit(session_id, write)
         self.commits.append(write)
+        return step
 
 
 class Model(TurnModel):
