@@ -22,25 +22,12 @@ from aap_server.protocol import (
 from aap_server.runtime import LOCAL_PRINCIPAL, AapService, AgentRegistry
 from aap_server.runtime.steps import StepFactory
 from aap_server.runtime.views import none_answer
-from aap_server.store import SqliteSessionStore, StepWrite
-from aap_server.store.codec import EncodedStep
+from aap_server.store import SqliteSessionStore
 from tests.conftest import tiny_agent
+from tests.runtime.test_deferred_input import CountingStore
 
 # A card number the default policy redacts: the guardian learns its placeholder.
 CARD = "my card is 4111 1111 1111 1111, please remember it"
-
-
-class CountingStore(SqliteSessionStore):
-    """The SQLite store, recording each write it committed (each is one transaction)."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.commits: list[StepWrite] = []
-
-    async def commit(self, session_id: str, write: StepWrite) -> EncodedStep:
-        step = await super().commit(session_id, write)
-        self.commits.append(write)
-        return step
 
 
 def service_on(store: SqliteSessionStore) -> AapService:
