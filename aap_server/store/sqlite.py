@@ -7,8 +7,9 @@ whole transaction (BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error) costs o
 hop instead of one per statement (~60 µs each). Since the database thread runs one function
 at a time, no other operation can ever observe a transaction half done.
 
-Writes are committed in groups: the writes issued while a write transaction is on the writer
-thread go to it next in ONE hop and share ONE transaction; a write that fails is undone alone
+Writes are committed in groups: the writes issued in one pass of the event loop, and those
+issued while a write transaction is on the writer thread, go to it in ONE hop and share ONE
+transaction; a write that fails is undone alone
 (the group is run again, each write in a savepoint of its own) and only its caller sees the
 error. No caller is answered before the COMMIT holding its write has returned.
 
@@ -1269,12 +1270,13 @@ class SqliteSessionStore(SessionStore):
     # round trip between queued transactions (measured: ~20% fewer commits/s with 50
     # concurrent writers). Reinstate one if a transaction ever spans several hops.
     #
-    # Group commit. A write issued while the writer is idle goes at once, alone, from its own
-    # caller (no task, no extra loop turn: the cost of one write at a time is unchanged).
-    # One issued while a write transaction is on the thread is queued with its future; when
-    # that transaction returns, the committer task sends everything queued so far (up to
-    # GROUP_MAX_WRITES / GROUP_MAX_BYTES) as one group transaction, answers the group's
-    # callers after its COMMIT, and goes on while writes are queued.
+    # Group commit. Every write is queued with its future. One issued while the writer is
+    # idle also starts the committer task, which runs in the loop's next pass: the writes
+    # of every turn that pass ran go with it (had it gone at once, alone, the others would
+    # queue behind it: under load, groups of one and of all the rest, in turns, and each
+    # lone transaction costs about what a group's does). The committer sends everything
+    # queued so far (up to GROUP_MAX_WRITES / GROUP_MAX_BYTES) as one group transaction,
+    # answers the group's callers after its COMMIT, and goes on while writes are queued.
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         db, conn = self._db, self._conn
@@ -1296,18 +1298,14 @@ class SqliteSessionStore(SessionStore):
         db, conn = self._db, self._conn
         if db is None or conn is None:
             raise RuntimeError("SqliteSessionStore is not open")
-        if self._writing:
-            done: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
-            self._queued.append((body, size, done))
-            return await done
-        self._writing = True
-        try:
-            job = partial(_locked_group_transaction, self._writer_lock, self._known, [body])
-            ((_, result),) = await _call(db, conn, job)  # a lone body's error is raised
-        finally:
-            self._wrote(db, conn)
-        self._committed()
-        return cast("_T", result)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_T] = loop.create_future()
+        self._queued.append((body, size, done))
+        if not self._writing:
+            # The writer is idle: the group starts in the loop's next pass (see above).
+            self._writing = True
+            self._committer = loop.create_task(self._commit_queued(db, conn))
+        return await done
 
     async def writes_settled(self) -> None:
         # A cancelled caller's write still commits; an empty write queues behind it.
