@@ -466,10 +466,13 @@ async def test_a_response_over_the_total_size_limit_is_an_error(fake: FakeOpenAI
         Reply(events=[*pieces, chunk({}, "stop"), DONE]),
         Reply(events=[*pieces, *pieces, chunk({}, "stop"), DONE]),
     )
-    limits = {"max_event_bytes": 2048, "max_response_bytes": 12_000}
-    assert len(await collect(model_for(fake, **limits), request())) == 8
+
+    def limited() -> LlmModel:
+        return model_for(fake, max_event_bytes=2048, max_response_bytes=12_000)
+
+    assert len(await collect(limited(), request())) == 8
     with pytest.raises(UpstreamError, match="exceeded max_response_bytes"):
-        await collect(model_for(fake, **limits), request())
+        await collect(limited(), request())
 
 
 async def test_backoff_without_a_named_wait_is_capped_by_the_retry_wait_bound(
