@@ -45,6 +45,7 @@ class Site:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_body(receive)
         path = scope["path"]
+        answer: dict[str, Any]
         status, answer = 404, {"error": "no such page"}
         if path in self.broken:
             status, answer = 200, self.broken[path]

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +18,10 @@ from aap_server.config import Settings
 from tests.conftest import KEYS, demo_agents, serve
 from tests.e2e.guardian_helpers import tool_line
 
-TRUSTED_TOOLS = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
+TRUSTED_TOOLS: list[dict[str, Any]] = [
+    {"name": "search_notes", "trust": True},
+    {"name": "send_email", "trust": True},
+]
 SALARY = "Alice Martin, engineering lead: 98,000 EUR salary"
 
 

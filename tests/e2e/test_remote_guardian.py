@@ -105,8 +105,9 @@ async def _loopback_server(answer: bytes | None) -> AsyncIterator[str]:
             await reader.readuntil(b"\r\n\r\n")
             if answer is None:
                 await asyncio.Event().wait()
-            writer.write(answer)
-            await writer.drain()
+            else:
+                writer.write(answer)
+                await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
