@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 
 Verdict = Callable[[aos.AosRequest], aos.AosSuccessResult | None]
 
+# A bare ASGI app of the tests' own (a fake upstream), over plain dicts as uvicorn gives them.
+AsgiReceive = Callable[[], Awaitable[dict[str, Any]]]
+AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[dict[str, Any], AsgiReceive, AsgiSend], Awaitable[None]]
+
 
 class ScriptedGuardian(Guardian):
     """Records every request; answers with the first rule that returns a verdict (else allow)."""
@@ -68,7 +73,7 @@ class ScriptedGuardian(Guardian):
 
 @asynccontextmanager
 async def serve(
-    app: Litestar, lifespan: Literal["on", "off"] = "on", root_path: str = ""
+    app: Litestar | AsgiApp, lifespan: Literal["on", "off"] = "on", root_path: str = ""
 ) -> AsyncIterator[str]:
     """Run `app` under uvicorn on an ephemeral loopback port; yield its base URL. A bare ASGI
     callable (a fake upstream) that only answers HTTP is served with `lifespan="off"`;
@@ -247,7 +252,7 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     return error
 
 
-async def read_body(receive: Callable[[], Awaitable[dict[str, Any]]]) -> bytes:
+async def read_body(receive: AsgiReceive) -> bytes:
     """The whole body of an ASGI HTTP request (for the bare ASGI fakes of upstream servers)."""
     body = b""
     while True:

@@ -46,12 +46,12 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def turn(client: httpx.AsyncClient, session_id: str, text: str) -> dict[str, object]:
+async def turn(client: httpx.AsyncClient, session_id: str, text: str) -> dict[str, Any]:
     response = await client.post(
         f"/sessions/{session_id}/turns", json={"messages": [{"role": "user", "content": text}]}
     )
     assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
+    body: dict[str, Any] = response.json()
     return body
 
 
@@ -73,7 +73,7 @@ async def test_a_confidential_note_read_by_search_cannot_be_emailed_out(
     # The call was never emitted nor run: no tool_use, no tool result, nothing in the outbox;
     # the model was told why, and says so.
     assert "tool_use" not in json.dumps(stopped["messages"])
-    assert all(m["role"] == "assistant" for m in stopped["messages"])  # type: ignore[attr-defined]
+    assert all(m["role"] == "assistant" for m in stopped["messages"])
     assert "denied" in json.dumps(stopped["messages"])
     full = await client.get(f"/sessions/{session_id}/history", params={"type": "full"})
     assert "Queued message" not in full.text
