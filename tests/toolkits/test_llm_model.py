@@ -7,7 +7,7 @@ import asyncio
 import email.utils
 import time
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -191,10 +191,12 @@ async def test_whole_unindexed_calls_with_new_ids_are_separate_calls(fake: FakeO
 @pytest.mark.parametrize(
     ("finish", "stop"), [("length", "max_tokens"), ("content_filter", "refusal")]
 )
-async def test_finish_reasons_map_to_stop_reasons(fake: FakeOpenAI, finish: str, stop: str) -> None:
+async def test_finish_reasons_map_to_stop_reasons(
+    fake: FakeOpenAI, finish: str, stop: Literal["max_tokens", "refusal"]
+) -> None:
     fake.script(text_reply("Once upon a", finish=finish))
     outputs = await collect(model_for(fake), request())
-    assert outputs == [TextDelta("Once upon a"), USED, ModelStop(stop)]  # type: ignore[arg-type]
+    assert outputs == [TextDelta("Once upon a"), USED, ModelStop(stop)]
 
 
 async def test_a_refusal_delta_is_text_and_stops_with_refusal(fake: FakeOpenAI) -> None:
