@@ -232,7 +232,7 @@ async def run(workdir: Path) -> list[Turn]:
         model = await stack.enter_async_context(fake_openai())
         peer_model = await stack.enter_async_context(fake_openai())
         site = Site()
-        site.base_url = await stack.enter_async_context(serve(site, lifespan="off"))  # type: ignore[arg-type]
+        site.base_url = await stack.enter_async_context(serve(site, lifespan="off"))
         peer = await stack.enter_async_context(exposing_server(workdir, peer_model))
         loopback = Loopback(model, peer, peer_model, site)
         config_file = workdir / "aap.toml"

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from aap_server.toolkits.aom import _fetch_json
+from aap_server.toolkits.aom import AomLimits, _fetch_json
 from bench._common import p99
 
 
@@ -54,7 +54,8 @@ async def main(runs: int) -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}/surface"
     async with httpx.AsyncClient() as client:
         bare = await timed(lambda: client.get(url), runs)
-    aom = await timed(lambda: _fetch_json("GET", url), runs)
+    limits = AomLimits()  # the defaults the built-in tools use
+    aom = await timed(lambda: _fetch_json(limits, "GET", url), runs)
     server.shutdown()
     print(f"{runs} GETs of a small surface on loopback (median / p99):")
     for name, times in (("shared httpx client", bare), ("AOM request", aom)):

@@ -101,7 +101,8 @@ async def with_asyncpg(dsn: str, rounds: int) -> dict[str, list[float]]:
 
 
 async def with_psycopg(dsn: str, rounds: int) -> dict[str, list[float]]:
-    import psycopg
+    # Not a dependency (installed by hand for this comparison): no types when it is absent.
+    import psycopg  # type: ignore[import-not-found,unused-ignore]
 
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, prepare_threshold=0)
     seq = iter(range(20_000_000, 30_000_000))

@@ -41,7 +41,7 @@ sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.arg
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from aap_server.ids import new_id
-from aap_server.protocol import AgentConfig, AssistantMessage, UserMessage
+from aap_server.protocol import AgentConfig, AssistantMessage, HistoryMessage, UserMessage
 from aap_server.store import (
     AuditDraft,
     GuardianMemory,
@@ -56,7 +56,7 @@ CONCURRENCY = 50
 
 
 def step(i: int) -> StepWrite:
-    messages = [
+    messages: list[HistoryMessage] = [
         UserMessage(content=f"question {i}: what is the weather like today?"),
         AssistantMessage(content=f"answer {i}: sunny, 21 degrees, light wind from the west."),
     ]
@@ -67,7 +67,9 @@ async def new_session(store: SqliteSessionStore, history: int) -> str:
     record = SessionRecord(
         session_id=new_id("sess_"), owner="bench", agent=AgentConfig(name="echo")
     )
-    seed = [UserMessage(content=f"seed message {i} " + "x" * 100) for i in range(history)]
+    seed: list[HistoryMessage] = [
+        UserMessage(content=f"seed message {i} " + "x" * 100) for i in range(history)
+    ]
     await store.create_session(record, seed)
     return record.session_id
 

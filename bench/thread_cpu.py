@@ -102,13 +102,13 @@ async def measure(arguments: argparse.Namespace, servers: list[Server]) -> None:
     header = f"{'server':<24} {'loop':>8} {'writer':>8} {'other':>8} {'total':>8}"
     print(f"{header} {'switches':>9} {'turns/s':>8}")
     for name, rows in per_turn.items():
-        loop, writer, other, switched, rate = (
+        loop, writer, other, switches_per_turn, rate = (
             statistics.median(row[i] for row in rows) for i in range(5)
         )
         total = statistics.median(sum(row[:3]) for row in rows)
         print(
             f"{name:<24} {loop:8.0f} {writer:8.0f} {other:8.0f} {total:8.0f}"
-            f" {switched:9.1f} {rate:8.0f}"
+            f" {switches_per_turn:9.1f} {rate:8.0f}"
         )
 
 

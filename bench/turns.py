@@ -120,7 +120,7 @@ async def measure(connections: list[Connection], sessions: list[str], seconds: f
 
     async def meta(connection: Connection, _: int) -> float:
         start = time.perf_counter()
-        status, _ = await connection.request("GET", "/meta")
+        status, _body = await connection.request("GET", "/meta")
         assert status == 200
         return time.perf_counter() - start
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
 import pytest
@@ -36,9 +36,16 @@ from .postgres_cluster import PostgresCluster
 from .postgres_cluster import postgres_cluster as start_postgres_cluster
 
 if TYPE_CHECKING:
+    from litestar.types import HTTPScope, Receive, Send
+
     from .toolkits.fake_openai import FakeOpenAI
 
 Verdict = Callable[[aos.AosRequest], aos.AosSuccessResult | None]
+
+# A bare ASGI app of the tests' own (a fake upstream), over plain dicts as uvicorn gives them.
+AsgiReceive = Callable[[], Awaitable[dict[str, Any]]]
+AsgiSend = Callable[[dict[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[dict[str, Any], AsgiReceive, AsgiSend], Awaitable[None]]
 
 
 class ScriptedGuardian(Guardian):
@@ -66,7 +73,7 @@ class ScriptedGuardian(Guardian):
 
 @asynccontextmanager
 async def serve(
-    app: Litestar, lifespan: Literal["on", "off"] = "on", root_path: str = ""
+    app: Litestar | AsgiApp, lifespan: Literal["on", "off"] = "on", root_path: str = ""
 ) -> AsyncIterator[str]:
     """Run `app` under uvicorn on an ephemeral loopback port; yield its base URL. A bare ASGI
     callable (a fake upstream) that only answers HTTP is served with `lifespan="off"`;
@@ -195,6 +202,19 @@ def turn_scope(session_id: str) -> dict[str, Any]:
     }
 
 
+async def call_app(
+    app: Litestar,
+    scope: MutableMapping[str, Any],
+    receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+) -> None:
+    """`app(scope, receive, send)` with an HTTP scope and events as an ASGI server or client
+    (uvicorn, httpx, a test by hand) builds them: plain mappings. Litestar types `__call__`
+    over TypedDicts of its own whose scope includes the keys it adds itself (`litestar_app`,
+    `route_handler`, ...), so they are cast to those here."""
+    await app(cast("HTTPScope", scope), cast("Receive", receive), cast("Send", send))
+
+
 @asynccontextmanager
 async def app_harness(
     tmp_path: Path,
@@ -232,12 +252,13 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     return error
 
 
-async def read_body(receive: Callable[[], Awaitable[dict[str, Any]]]) -> bytes:
+async def read_body(receive: AsgiReceive) -> bytes:
     """The whole body of an ASGI HTTP request (for the bare ASGI fakes of upstream servers)."""
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        chunk: bytes = message.get("body", b"")
+        body += chunk
         if not message.get("more_body"):
             return body
 
@@ -252,11 +273,11 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
 
 
 async def wait_until(
-    predicate: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    predicate: Callable[[], Awaitable[object]] | Callable[[], object],
     within: float = 5.0,
     interval: float = 0.01,
 ) -> None:
-    """Poll `predicate` (sync or async) until it is true; fail after `within` seconds."""
+    """Poll `predicate` (sync or async) until it is truthy; fail after `within` seconds."""
     async with asyncio.timeout(within):
         while True:
             result = predicate()

@@ -1,5 +1,7 @@
 """Realistic AOS objects for the tests: one request per method, built with the Structs."""
 
+from typing import Any
+
 from aap_server.aos import (
     A2aMessage,
     A2aParams,
@@ -116,14 +118,14 @@ def step_context(step_id: str = "step-1") -> StepContext:
     )
 
 
-MCP_TOOLS_CALL = {
+MCP_TOOLS_CALL: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "tools/call",
     "params": {"arguments": {"city": "Barcelona"}, "name": "get_weather"},
 }
 
-A2A_MESSAGE_SEND = {
+A2A_MESSAGE_SEND: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "message/send",

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from aap_server.toolkits.aom import MAX_AOM_RESPONSE_BYTES, aom_validator
-from tests.conftest import read_body, serve
+from tests.conftest import AsgiReceive, AsgiSend, read_body, serve
 from tests.e2e.test_mcp_knowledge_memory import RecordingGuardian, agent_table, running, steps
 from tests.toolkits.fake_openai import FakeOpenAI, text_reply, tool_calls_reply
 
@@ -42,9 +42,10 @@ class Site:
     posts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     broken: dict[str, Any] = field(default_factory=dict)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: AsgiReceive, send: AsgiSend) -> None:
         body = await read_body(receive)
         path = scope["path"]
+        answer: dict[str, Any]
         status, answer = 404, {"error": "no such page"}
         if path in self.broken:
             status, answer = 200, self.broken[path]
@@ -67,7 +68,7 @@ class Site:
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
     running_site = Site()
-    async with serve(running_site, lifespan="off") as base_url:  # type: ignore[arg-type]
+    async with serve(running_site, lifespan="off") as base_url:
         running_site.base_url = base_url
         yield running_site
 

@@ -333,7 +333,12 @@ async def test_invalid_request_is_reported_with_the_id_when_readable(
 async def test_unknown_method_is_method_not_found_with_the_id(
     h: Harness, request_id: str | int
 ) -> None:
-    body = {"jsonrpc": "2.0", "id": request_id, "method": "steps/teleport", "params": {}}
+    body: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "steps/teleport",
+        "params": {},
+    }
     reply = json_rpc(await call(h, body))
     message = assert_error_reply(reply, aos.METHOD_NOT_FOUND, request_id)
     assert "steps/teleport" in message

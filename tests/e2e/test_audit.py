@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -13,11 +14,11 @@ from aap_server.store import first_broken
 from tests.conftest import Harness, harness
 
 
-async def audit(h: Harness, session_id: str, after: str | None = None) -> dict[str, object]:
+async def audit(h: Harness, session_id: str, after: str | None = None) -> dict[str, Any]:
     params = {"after": after} if after else {}
     response = await h.client.get(f"/sessions/{session_id}/audit", params=params)
     assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
+    body: dict[str, Any] = response.json()
     return body
 
 
@@ -60,7 +61,7 @@ async def test_denied_steps_are_recorded_with_their_reason_and_rule(tmp_path: Pa
         )
         assert response.json()["stopReason"] == "refusal"
         page = await audit(h, session_id)
-        [entry] = page["records"]  # type: ignore[misc]
+        [entry] = page["records"]
         assert entry["decision"] == "deny"
         assert entry["reasonCodes"] == ["test.blocked"]
         assert entry["ruleId"] == "rule-7"
@@ -78,10 +79,10 @@ async def test_audit_is_paged_and_visible_to_its_owner_only(tmp_path: Path) -> N
                 json={"messages": [{"role": "user", "content": f"hello {n}"}]},
             )
         first = await audit(h, session_id)
-        assert len(first["records"]) == 20  # type: ignore[arg-type]
+        assert len(first["records"]) == 20
         second = await audit(h, session_id, str(first["next"]))
         entries = msgspec.convert(
-            [*first["records"], *second["records"]],  # type: ignore[misc]
+            [*first["records"], *second["records"]],
             list[AuditEntry],
         )
         assert len(entries) == 24  # a user message and an agent message per turn

@@ -259,8 +259,8 @@ async def test_every_endpoint_and_the_docs_move_under_the_base_path(tmp_path: Pa
         # CORS covers the mounted endpoints and the 404s outside them.
         preflight = await h.client.options("/v1/sessions", headers=PREFLIGHT)
         assert preflight.status_code == 204
-        outside = await h.client.get("/sessions", headers={"Origin": PLAYGROUND})
-        assert outside.headers["access-control-allow-origin"] == PLAYGROUND
+        not_found = await h.client.get("/sessions", headers={"Origin": PLAYGROUND})
+        assert not_found.headers["access-control-allow-origin"] == PLAYGROUND
 
 
 async def test_without_a_base_path_the_document_serves_from_the_root(h: Harness) -> None:

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +18,10 @@ from aap_server.config import Settings
 from tests.conftest import KEYS, demo_agents, serve
 from tests.e2e.guardian_helpers import tool_line
 
-TRUSTED_TOOLS = [{"name": "search_notes", "trust": True}, {"name": "send_email", "trust": True}]
+TRUSTED_TOOLS: list[dict[str, Any]] = [
+    {"name": "search_notes", "trust": True},
+    {"name": "send_email", "trust": True},
+]
 SALARY = "Alice Martin, engineering lead: 98,000 EUR salary"
 
 
@@ -42,12 +46,12 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def turn(client: httpx.AsyncClient, session_id: str, text: str) -> dict[str, object]:
+async def turn(client: httpx.AsyncClient, session_id: str, text: str) -> dict[str, Any]:
     response = await client.post(
         f"/sessions/{session_id}/turns", json={"messages": [{"role": "user", "content": text}]}
     )
     assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
+    body: dict[str, Any] = response.json()
     return body
 
 
@@ -69,7 +73,7 @@ async def test_a_confidential_note_read_by_search_cannot_be_emailed_out(
     # The call was never emitted nor run: no tool_use, no tool result, nothing in the outbox;
     # the model was told why, and says so.
     assert "tool_use" not in json.dumps(stopped["messages"])
-    assert all(m["role"] == "assistant" for m in stopped["messages"])  # type: ignore[attr-defined]
+    assert all(m["role"] == "assistant" for m in stopped["messages"])
     assert "denied" in json.dumps(stopped["messages"])
     full = await client.get(f"/sessions/{session_id}/history", params={"type": "full"})
     assert "Queued message" not in full.text

@@ -546,7 +546,10 @@ async def test_aos_user_is_the_api_key_principal(tmp_path: Path) -> None:
     async with harness(tmp_path, key="key-bob") as h:
         sid = await create_session(h)
         await run_turn(h, sid, "hi")
-    users = [msgspec.to_builtins(r.params.context.user) for r in h.guardian.requests]
+    protocol = (aos.A2aMessage, aos.McpMessage, aos.PingRequest)
+    steps = [r for r in h.guardian.requests if not isinstance(r, protocol)]
+    assert steps == h.guardian.requests  # only steps, each with its context
+    users = [msgspec.to_builtins(r.params.context.user) for r in steps]
     assert users
     assert all(u == {"id": "bob", "organization": {"id": "acme"}} for u in users)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aap_server.config import Settings
-from aap_server.protocol import AssistantMessage
+from aap_server.protocol import AssistantMessage, HistoryMessage
 from aap_server.store import Compaction, SessionStore, StepWrite
 from tests.conftest import KEYS, AppHarness, app_harness, assert_error
 
@@ -29,7 +29,9 @@ def store_of(h: AppHarness) -> SessionStore:
 async def grow(h: AppHarness, session_id: str, texts: list[str]) -> None:
     """Messages appended to both histories as a turn's steps would (one commit per 50)."""
     for start in range(0, len(texts), 50):
-        messages = [AssistantMessage(content=t) for t in texts[start : start + 50]]
+        messages: list[HistoryMessage] = [
+            AssistantMessage(content=t) for t in texts[start : start + 50]
+        ]
         await store_of(h).commit(session_id, StepWrite(full=messages, compacted=messages))
 
 

@@ -416,7 +416,7 @@ async def test_the_generation_settings_of_the_agent_table_reach_the_endpoint(
     tmp_path: Path, fake: FakeOpenAI
 ) -> None:
     fake.script(text_reply("Done."))
-    settings = {"top_p": 0.9, "max_tokens": 321, "seed": 7, "stop": ["END"]}
+    settings: dict[str, Any] = {"top_p": 0.9, "max_tokens": 321, "seed": 7, "stop": ["END"]}
     async with llm_server(tmp_path, fake, **settings) as client:
         session_id = await new_session(client)
         response = await client.post(

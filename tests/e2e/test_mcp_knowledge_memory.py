@@ -564,7 +564,9 @@ async def test_a_knowledge_search_is_a_retrieval_step_and_the_answer_cites_its_c
         if isinstance(r, aos.MessageStep) and r.params.message.role == "agent"
     ]
     cited = replies[0].params.citation
-    assert [(source.id, getattr(source, "name", None)) for source in cited] == [
+    files = [source for source in cited if isinstance(source, aos.FileSource)]
+    assert files == cited  # every source cited is a file's chunk
+    assert [(source.id, source.name) for source in files] == [
         (result.id, (result.metadata or {})["source"]) for result in first.results
     ]
     second = retrievals[1].params.knowledge_step.results

@@ -100,13 +100,16 @@ async def _loopback_server(answer: bytes | None) -> AsyncIterator[str]:
     handlers: set[asyncio.Task[Any]] = set()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        task = asyncio.current_task()
+        assert task is not None  # a connection's handler runs as a task
+        handlers.add(task)
         try:
             await reader.readuntil(b"\r\n\r\n")
             if answer is None:
                 await asyncio.Event().wait()
-            writer.write(answer)
-            await writer.drain()
+            else:
+                writer.write(answer)
+                await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:

@@ -5,6 +5,7 @@ and what it starts from is exactly what the store would have given it."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -33,7 +34,7 @@ from tests.e2e.guardian_helpers import (
 SESSION_TABLES = ("history_compacted", "agent_state", "guardian_memory", "FROM sessions")
 
 
-def settings(tmp_path: Path, db: str = "aap.db", **fields: Any) -> Settings:
+def settings(tmp_path: Path, db: str = "aap.db", /, **fields: Any) -> Settings:
     return Settings(db=str(tmp_path / db), api_keys=KEYS, **fields)
 
 
@@ -62,7 +63,8 @@ async def reader_statements(h: AppHarness) -> AsyncIterator[list[str]]:
     try:
         yield statements
     finally:
-        await reader.set_trace_callback(None)
+        # aiosqlite types `handler` as a callable only; sqlite3 takes None to remove it.
+        await reader.set_trace_callback(None)  # type: ignore[arg-type]
 
 
 def session_reads(statements: list[str]) -> list[str]:
@@ -303,7 +305,12 @@ async def test_a_turn_refused_before_it_wrote_anything_keeps_the_session(tmp_pat
 async def _hold_writer(store: SqliteSessionStore, gate: threading.Event) -> asyncio.Task[object]:
     """A write transaction that stays on the writer thread until `gate` is set (a slow disk)."""
     on_thread = threading.Event()
-    task = asyncio.create_task(store._write(lambda conn: (on_thread.set(), gate.wait(30))))
+
+    def hold(conn: sqlite3.Connection) -> bool:
+        on_thread.set()
+        return gate.wait(30)
+
+    task = asyncio.create_task(store._write(hold))
     await asyncio.to_thread(on_thread.wait, 10)
     return task
 

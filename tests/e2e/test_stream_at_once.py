@@ -7,12 +7,16 @@ it never waits."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVarTuple
 
 from aap_server.guardian import PassThrough
-from tests.conftest import ScriptedGuardian, app_harness, turn_scope
+from tests.conftest import ScriptedGuardian, app_harness, call_app, turn_scope
+
+Ts = TypeVarTuple("Ts")
 
 
 async def test_a_turn_answered_at_once_is_one_body_and_reads_nothing_more(tmp_path: Path) -> None:
@@ -40,16 +44,21 @@ async def test_a_turn_answered_at_once_is_one_body_and_reads_nothing_more(tmp_pa
         timers: list[str] = []  # what each timer set on the loop calls
         call_at = loop.call_at
 
-        def counted_call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        def counted_call_at(
+            when: float,
+            callback: Callable[[*Ts], object],
+            *args: *Ts,
+            context: contextvars.Context | None = None,
+        ) -> asyncio.TimerHandle:
             timers.append(getattr(callback, "__qualname__", repr(callback)))
-            return call_at(when, callback, *args, **kwargs)
+            return call_at(when, callback, *args, context=context)
 
         loop.call_at = counted_call_at  # type: ignore[method-assign]
         try:
             async with asyncio.timeout(10):
-                await gh.app(scope, receive, send)
+                await call_app(gh.app, scope, receive, send)
         finally:
-            del loop.call_at  # type: ignore[method-assign]
+            del loop.call_at
         start, *bodies = sent
         assert start["type"] == "http.response.start"
         assert start["status"] == 200

@@ -36,6 +36,7 @@ from tests.conftest import (
     Harness,
     ScriptedGuardian,
     app_harness,
+    call_app,
     harness,
     turn_scope,
     wait_until,
@@ -237,7 +238,7 @@ async def asgi_turn(
 
     scope = turn_scope(session_id)
     async with asyncio.timeout(10):
-        await gh.app(scope, receive, send)
+        await call_app(gh.app, scope, receive, send)
     return sent
 
 

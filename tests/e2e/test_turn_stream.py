@@ -13,7 +13,7 @@ import httpx
 import httpx_sse
 
 from aap_server.guardian import PassThrough
-from tests.conftest import ScriptedGuardian, app_harness, turn_scope, wait_until
+from tests.conftest import ScriptedGuardian, app_harness, call_app, turn_scope, wait_until
 
 
 def user(text: str, stream: str) -> dict[str, Any]:
@@ -86,7 +86,7 @@ async def test_turn_stop_leaves_once_the_session_is_free(tmp_path: Path) -> None
                 }
             )
             async with asyncio.timeout(10):
-                await gh.app(scope, receive, send)
+                await call_app(gh.app, scope, receive, send)
             request.clear()
             assert holders_at_turn_stop == [None]
             again = await gh.client.post(scope["path"], json=user("next", "none"))

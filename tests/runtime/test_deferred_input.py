@@ -28,6 +28,7 @@ from aap_server.protocol import (
     AgentConfig,
     PostSessionsRequest,
     PostSessionTurnRequest,
+    StreamMode,
     TextDeltaEvent,
     TurnStartEvent,
     TurnStopEvent,
@@ -91,14 +92,14 @@ async def engine(tmp_path: Path) -> AsyncIterator[tuple[AapService, CountingStor
 
 
 async def streamed_turn(
-    service: AapService, store: CountingStore, model: Model, mode: str
+    service: AapService, store: CountingStore, model: Model, mode: StreamMode
 ) -> tuple[str, list[Any], int]:
     """A turn's events, and how many writes had committed when `turn_start` was read."""
     created = await service.create_session(
         LOCAL_PRINCIPAL, PostSessionsRequest(agent=AgentConfig(name="scripted"))
     )
     store.commits.clear()
-    request = PostSessionTurnRequest(stream=mode, messages=[UserMessage(content="hello")])  # type: ignore[arg-type]
+    request = PostSessionTurnRequest(stream=mode, messages=[UserMessage(content="hello")])
     turn = await service.start_turn(LOCAL_PRINCIPAL, created.session_id, request)
     events: list[Any] = []
     committed_at_start = -1
@@ -113,7 +114,7 @@ async def streamed_turn(
 
 @pytest.mark.parametrize("mode", ["delta", "message"])
 async def test_a_streamed_turn_writes_its_input_and_reply_in_one_transaction(
-    engine: tuple[AapService, CountingStore, Model], mode: str
+    engine: tuple[AapService, CountingStore, Model], mode: StreamMode
 ) -> None:
     service, store, model = engine
     session_id, events, committed_at_start = await streamed_turn(service, store, model, mode)

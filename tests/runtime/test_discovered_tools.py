@@ -6,7 +6,7 @@ tested in tests/toolkits/test_mcp_tools.py and tests/e2e/test_mcp_tools_at_start
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -105,7 +105,9 @@ async def test_a_session_naming_a_tool_not_served_gets_the_others() -> None:
 class Verdicts(Guardian):
     """A guardian answering every check with one verdict (a modify: the tool list renamed)."""
 
-    def __init__(self, decision: str, data: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, decision: Literal["allow", "deny", "modify"], data: dict[str, Any] | None = None
+    ) -> None:
         self.decision = decision
         self.data = data
 
@@ -117,7 +119,7 @@ class Verdicts(Guardian):
             params = aos.McpParams(message=message, reasoning="tamed")
             modified = aos.McpMessage(id=request.id, params=params)
         return aos.AosSuccessResult(
-            decision=self.decision,  # type: ignore[arg-type]
+            decision=self.decision,
             message="said the guardian",
             reason_code=["test.verdict"],
             data={"ruleId": "test-rule", **(self.data or {})},

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from aap_server.protocol import ImageContentBlock
+from aap_server.protocol import ContentBlock, ImageContentBlock
 from aap_server.runtime.errors import InvalidRequestError
 from aap_server.runtime.limits import BYTES_PER_SLICE, json_values_within
 from aap_server.runtime.registry import AgentRegistry
@@ -36,14 +36,15 @@ def test_a_big_data_uri_image_is_checked_at_the_cost_of_hashing_it() -> None:
     hosted = AgentRegistry([DEMO]).get("demo")
     payload = base64.b64encode(bytes(range(256)) * 12_000).decode()  # 4 MB of base64
     url = f"data:image/png;base64,{payload}"
-    content = [ImageContentBlock(url=url)]
+    content: list[ContentBlock] = [ImageContentBlock(url=url)]
     validate_content(hosted, content, "messages[0].content")  # valid: accepted
     checked = cheapest(lambda: validate_content(hosted, content, "messages[0].content"))
     hashed = cheapest(lambda: hashlib.sha256(url.encode()).digest())
     # A regular expression matching group by group took ~40x the hash (80 ms a megabyte,
     # all of it on the event loop); string operations in C take about what hashing does.
     assert checked < 8 * hashed, (checked, hashed)
-    broken = [ImageContentBlock(url=url[:-1] + "@")]  # the last character is not base64
+    # The last character is not base64.
+    broken: list[ContentBlock] = [ImageContentBlock(url=url[:-1] + "@")]
     with pytest.raises(InvalidRequestError, match=r"messages\[0\]\.content\[0\]\.url"):
         validate_content(hosted, broken, "messages[0].content")
 
@@ -179,11 +180,13 @@ async def bytes_read_per_pass(body: bytes, limit: int) -> tuple[bool, int]:
     return within, max(tallied.tally)
 
 
-BIG = {
-    **{
-        shape: lambda items, item=item: b"[" + b",".join([item] * items) + b"]"
-        for shape, item in ITEMS.items()
-    },
+def array_of(item: bytes) -> Callable[[int], bytes]:
+    """A body of an array of `items` copies of `item`."""
+    return lambda items: b"[" + b",".join([item] * items) + b"]"
+
+
+BIG: dict[str, Callable[[int], bytes]] = {
+    **{shape: array_of(item) for shape, item in ITEMS.items()},
     # One string, commas and escapes inside: 2 values, read past slice after slice.
     "one string": lambda items: msgspec.json.encode(['a,\\"' * items]),
 }

@@ -296,6 +296,7 @@ async def test_shutdown_waits_for_a_none_turn_still_checking_its_input(tmp_path:
     await asyncio.wait_for(asyncio.wait([request]), 10)
     outcome = request.exception() or request.result()
     assert not stopped_early, outcome  # shutdown returned while a turn held the session
+    assert not isinstance(outcome, BaseException), outcome
     assert outcome[0] == "end_turn", outcome  # it ended within the grace period, stored
     assert texts(await engine.full()) == ["checked slowly", "Echo: checked slowly"]
     await store.close()

@@ -12,6 +12,7 @@ import pytest
 from aap_server.protocol import (
     AgentConfig,
     AssistantMessage,
+    HistoryMessage,
     TextContentBlock,
     ToolSpec,
     ToolUseContentBlock,
@@ -45,7 +46,8 @@ def random_step(rng: random.Random, compacted: int, number: int) -> StepWrite:
     fields: dict[str, object] = {"full": messages, "compacted": messages}
     if compacted and rng.random() < 0.2:
         drop = rng.randrange(1, compacted + 1)
-        summary = rng.choice([UserMessage(content=f"summary {number}"), with_blocks])
+        summaries: list[HistoryMessage] = [UserMessage(content=f"summary {number}"), with_blocks]
+        summary = rng.choice(summaries)
         replacement = [summary][: rng.randrange(2)]
         fields["compaction"] = Compaction(drop=drop, replacement=replacement)
     if rng.random() < 0.3:

@@ -30,8 +30,8 @@ from aap_server.api import create_app
 from aap_server.config import Settings
 from aap_server.guardian.policy import parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
-from tests.conftest import KEYS, serve, tiny_agent
-from tests.e2e.guardian_helpers import Harness, history, run_turn
+from tests.conftest import KEYS, Harness, serve, tiny_agent
+from tests.e2e.guardian_helpers import history, run_turn
 
 PIECES = [
     "hello there ",

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from aap_server.protocol import (
     AssistantMessage,
+    ContentBlock,
     TextContentBlock,
     TextDeltaEvent,
     TextEvent,
@@ -23,7 +24,10 @@ from aap_server.protocol import (
 from aap_server.runtime.events import AssistantText, EngineEvent, MessageOut
 from aap_server.runtime.views import delta_view, message_view, none_view
 
-BLOCKS = [ThinkingContentBlock(thinking="hmm"), TextContentBlock(text="Hi there")]
+BLOCKS: list[ContentBlock] = [
+    ThinkingContentBlock(thinking="hmm"),
+    TextContentBlock(text="Hi there"),
+]
 USE = ToolUseContentBlock(tool_call_id="call_1", name="calc", input={"x": 1})
 ASSISTANT = AssistantMessage(content=[*BLOCKS, USE])
 RESULT = ToolMessage(tool_call_id="call_1", content="1")

@@ -174,7 +174,8 @@ class Tools:
         self.world = new_world("")
 
     def server_tools(self) -> list[ServerTool]:
-        world = lambda: self.world  # noqa: E731 - the world is replaced between runs
+        def world() -> World:
+            return self.world  # read at each call: the world is replaced between runs
 
         def read(
             name: str, run: Callable[[dict[str, Any]], Any], trusted: bool = False

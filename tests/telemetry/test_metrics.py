@@ -5,6 +5,7 @@ histogram, open streams and pending approvals; and who may scrape it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import httpx
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aap_server import aos
 from aap_server.config import Settings
-from tests.conftest import KEYS, Harness, app_harness, wait_until
+from tests.conftest import KEYS, Harness, app_harness, call_app, wait_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -66,7 +67,7 @@ async def test_scrape_after_real_traffic(tmp_path: Path) -> None:
             assert missing.status_code == 404
         # So do made-up methods. httptools refuses them before the app, h11 passes any token:
         # sent straight to the app here.
-        transport = httpx.ASGITransport(app=h.app)
+        transport = httpx.ASGITransport(app=functools.partial(call_app, h.app))
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as direct:
             for number in range(5):
                 odd = await direct.request(f"BREW{number}", f"/sessions/{session_id}")

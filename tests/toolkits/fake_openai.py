@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.conftest import read_body, serve
+from tests.conftest import AsgiReceive, AsgiSend, read_body, serve
 
 DONE = b"data: [DONE]\n\n"
 
@@ -135,7 +135,7 @@ class FakeOpenAI:
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: AsgiReceive, send: AsgiSend) -> None:
         body = await read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.requests.append(Recorded(scope["path"], headers, json.loads(body or b"{}")))
@@ -163,6 +163,6 @@ class FakeOpenAI:
 async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     """A running fake; its `base_url` ends in `/v1` like OpenAI's."""
     fake = FakeOpenAI()
-    async with serve(fake, lifespan="off") as base_url:  # type: ignore[arg-type]
+    async with serve(fake, lifespan="off") as base_url:
         fake.base_url = f"{base_url}/v1"
         yield fake

@@ -7,7 +7,7 @@ import asyncio
 import email.utils
 import time
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -191,10 +191,12 @@ async def test_whole_unindexed_calls_with_new_ids_are_separate_calls(fake: FakeO
 @pytest.mark.parametrize(
     ("finish", "stop"), [("length", "max_tokens"), ("content_filter", "refusal")]
 )
-async def test_finish_reasons_map_to_stop_reasons(fake: FakeOpenAI, finish: str, stop: str) -> None:
+async def test_finish_reasons_map_to_stop_reasons(
+    fake: FakeOpenAI, finish: str, stop: Literal["max_tokens", "refusal"]
+) -> None:
     fake.script(text_reply("Once upon a", finish=finish))
     outputs = await collect(model_for(fake), request())
-    assert outputs == [TextDelta("Once upon a"), USED, ModelStop(stop)]  # type: ignore[arg-type]
+    assert outputs == [TextDelta("Once upon a"), USED, ModelStop(stop)]
 
 
 async def test_a_refusal_delta_is_text_and_stops_with_refusal(fake: FakeOpenAI) -> None:
@@ -466,10 +468,13 @@ async def test_a_response_over_the_total_size_limit_is_an_error(fake: FakeOpenAI
         Reply(events=[*pieces, chunk({}, "stop"), DONE]),
         Reply(events=[*pieces, *pieces, chunk({}, "stop"), DONE]),
     )
-    limits = {"max_event_bytes": 2048, "max_response_bytes": 12_000}
-    assert len(await collect(model_for(fake, **limits), request())) == 8
+
+    def limited() -> LlmModel:
+        return model_for(fake, max_event_bytes=2048, max_response_bytes=12_000)
+
+    assert len(await collect(limited(), request())) == 8
     with pytest.raises(UpstreamError, match="exceeded max_response_bytes"):
-        await collect(model_for(fake, **limits), request())
+        await collect(limited(), request())
 
 
 async def test_backoff_without_a_named_wait_is_capped_by_the_retry_wait_bound(
