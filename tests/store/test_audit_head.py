@@ -33,8 +33,8 @@ async def delete_entries(factory: StoreFactory, tmp_path: Path, chain: str, sql_
         finally:
             await conn.close()
     else:
-        with closing(sqlite3.connect(tmp_path / "s.db")) as conn, conn:
-            conn.execute(sql)
+        with closing(sqlite3.connect(tmp_path / "s.db")) as db, db:
+            db.execute(sql)
 
 
 async def test_deleting_a_chains_newest_entries_is_noticed(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from aap_server.protocol import HistoryMessage
 from aap_server.store import (
     Compaction,
     HistoryChangedError,
@@ -19,7 +20,9 @@ from .helpers import assistant, new_record, texts, user
 async def session_with(store: SessionStore, count: int, size: int = 1) -> str:
     record = new_record()
     await store.create_session(record, [user("seed")])
-    messages = [assistant(f"{n:03d}" + "x" * (size - 1)) for n in range(count)]
+    messages: list[HistoryMessage] = [
+        assistant(f"{n:03d}" + "x" * (size - 1)) for n in range(count)
+    ]
     await store.commit(record.session_id, StepWrite(full=messages, compacted=messages))
     return record.session_id
 

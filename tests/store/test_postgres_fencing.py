@@ -13,6 +13,7 @@ import pytest
 from aap_server.store import (
     LeaseLostError,
     QuotaExceededError,
+    SessionStore,
     StepWrite,
     StoreLimits,
     TurnFence,
@@ -37,7 +38,7 @@ async def replicas(postgres_cluster: PostgresCluster) -> AsyncIterator[list[Post
         await asyncio.gather(*(store.close() for store in stores))
 
 
-async def commit_as(store: PostgresSessionStore, session_id: str, turn_id: str, text: str) -> None:
+async def commit_as(store: SessionStore, session_id: str, turn_id: str, text: str) -> None:
     token = turn_fence.set(TurnFence(session_id, turn_id))
     try:
         await store.commit(session_id, StepWrite(full=[assistant(text)]))

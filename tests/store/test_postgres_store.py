@@ -40,7 +40,9 @@ async def test_replicas_starting_together_migrate_the_database_once(dsn: str) ->
         await asyncio.gather(*(store.close() for store in stores))
     conn = await asyncpg.connect(dsn)
     try:
-        assert await conn.fetch("SELECT version FROM aap_schema") == [(SCHEMA_VERSION,)]
+        assert [tuple(row) for row in await conn.fetch("SELECT version FROM aap_schema")] == [
+            (SCHEMA_VERSION,)
+        ]
     finally:
         await conn.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from .test_sqlite_group_commit import while_writer_busy
 from .test_sqlite_known_heads import assert_whole, step
 
 
-def rows(path: str, sql: str, *params: object) -> list[tuple[object, ...]]:
+def rows(path: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
     with closing(sqlite3.connect(path)) as conn:
         return conn.execute(sql, params).fetchall()
 

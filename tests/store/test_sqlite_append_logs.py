@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import aap_server.store.sqlite as sqlite_module
+from aap_server.protocol import HistoryMessage
 from aap_server.store import (
     Compaction,
     GuardianMemory,
@@ -33,7 +34,10 @@ PAGE = 4096
 def turn(index: int) -> StepWrite:
     """About what a `none` turn stores: two messages to each history, two verdicts, a memory
     record."""
-    messages = [user(f"question {index}: " + "q" * 80), assistant(f"answer {index}: " + "a" * 80)]
+    messages: list[HistoryMessage] = [
+        user(f"question {index}: " + "q" * 80),
+        assistant(f"answer {index}: " + "a" * 80),
+    ]
     return StepWrite(
         full=messages,
         compacted=messages,

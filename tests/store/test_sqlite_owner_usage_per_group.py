@@ -6,7 +6,7 @@ savepoint counts nothing, and a quota read inside a group sees the writes before
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
@@ -149,7 +149,9 @@ async def test_counters_settle_right_when_groups_follow_each_other(
     for record in records:
         await store.create_session(record, [user("seed")])
     for round_index in range(5):
-        writes = [store.commit(r.session_id, step(f"{round_index}")) for r in records]
+        writes: list[Awaitable[object]] = [
+            store.commit(r.session_id, step(f"{round_index}")) for r in records
+        ]
         if round_index == 2:
             gone = records.pop()
             writes.append(store.delete_session(gone.session_id, gone.owner))
