@@ -1240,6 +1240,7 @@ class SqliteSessionStore(SessionStore):
         # sending them, and how many write transactions it has committed (for tests, bench).
         self._writing = False  # a write transaction is on the thread (or about to be)
         self._queued: deque[_Queued] = deque()
+        self._grouping = False  # the last group held several writes (see _write)
         self._committer: asyncio.Task[None] | None = None
         self._idle: asyncio.Future[None] | None = None  # close() waiting for the last write
         self.write_transactions = 0
@@ -1270,13 +1271,17 @@ class SqliteSessionStore(SessionStore):
     # round trip between queued transactions (measured: ~20% fewer commits/s with 50
     # concurrent writers). Reinstate one if a transaction ever spans several hops.
     #
-    # Group commit. Every write is queued with its future. One issued while the writer is
-    # idle also starts the committer task, which runs in the loop's next pass: the writes
-    # of every turn that pass ran go with it (had it gone at once, alone, the others would
-    # queue behind it: under load, groups of one and of all the rest, in turns, and each
-    # lone transaction costs about what a group's does). The committer sends everything
+    # Group commit. A write issued while a write transaction is on the thread is queued
+    # with its future; when that transaction returns, the committer task sends everything
     # queued so far (up to GROUP_MAX_WRITES / GROUP_MAX_BYTES) as one group transaction,
     # answers the group's callers after its COMMIT, and goes on while writes are queued.
+    # A write issued while the writer is idle goes at once, alone, from its own caller (no
+    # task, no extra loop pass: one write at a time costs what it did) -- unless the last
+    # group held several writes (`_grouping`: under load). It is then queued too and starts
+    # the committer in the loop's next pass, so the writes of every turn this pass runs go
+    # with it: going at once, it would go alone with the rest queued behind it (at C=20,
+    # groups of one and of all the others in turns, and a lone transaction costs about
+    # what a group's does).
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         db, conn = self._db, self._conn
@@ -1298,14 +1303,22 @@ class SqliteSessionStore(SessionStore):
         db, conn = self._db, self._conn
         if db is None or conn is None:
             raise RuntimeError("SqliteSessionStore is not open")
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[_T] = loop.create_future()
-        self._queued.append((body, size, done))
-        if not self._writing:
-            # The writer is idle: the group starts in the loop's next pass (see above).
-            self._writing = True
-            self._committer = loop.create_task(self._commit_queued(db, conn))
-        return await done
+        if self._writing or self._grouping:
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[_T] = loop.create_future()
+            self._queued.append((body, size, done))
+            if not self._writing:  # idle, under load: the group starts in the next pass
+                self._writing = True
+                self._committer = loop.create_task(self._commit_queued(db, conn))
+            return await done
+        self._writing = True
+        try:
+            job = partial(_locked_group_transaction, self._writer_lock, self._known, [body])
+            ((_, result),) = await _call(db, conn, job)  # a lone body's error is raised
+        finally:
+            self._wrote(db, conn)
+        self._committed()
+        return cast("_T", result)
 
     async def writes_settled(self) -> None:
         # A cancelled caller's write still commits; an empty write queues behind it.
@@ -1339,6 +1352,7 @@ class SqliteSessionStore(SessionStore):
         try:
             while self._queued:
                 group = self._next_group()
+                self._grouping = len(group) > 1
                 job = partial(
                     _locked_group_transaction, lock, known, [body for body, _, _ in group]
                 )

@@ -112,16 +112,16 @@ async def test_concurrent_commits_share_one_transaction_and_all_land(
         await store.create_session(record, [user("seed")])
     trace = await traced(store)
 
-    # 30 turns' steps issued in one loop pass, and 3 more steps of one of them, to an idle
-    # writer: they all go together, in the loop's next pass (none goes ahead alone).
+    # 30 turns' steps ready in one loop tick, and 3 more steps of one of them: the first
+    # goes at once, the others queue behind it and go together.
     await asyncio.gather(
         *(store.commit(r.session_id, step(f"{i}")) for i, r in enumerate(records)),
         *(store.commit(records[0].session_id, step(f"more {i}")) for i in range(3)),
     )
 
-    assert trace.groups() == [33]  # one transaction, where each write was one before
+    assert trace.groups() == [1, 32]  # two transactions, where each write was one before
     assert trace.savepoints() == 0  # none failed: none needed a savepoint
-    assert store.write_transactions == 30 + 1  # and one per awaited create_session
+    assert store.write_transactions == 30 + 2  # and one per awaited create_session
     # Acknowledged means committed: the file, read past the store, has every step.
     path = str(tmp_path / "s.db")
     for i, record in enumerate(records[1:], start=1):
@@ -136,6 +136,35 @@ async def test_concurrent_commits_share_one_transaction_and_all_land(
         "more 1",
         "more 2",
     ]
+
+
+async def test_under_load_the_writes_of_one_loop_pass_go_together_to_an_idle_writer(
+    tmp_path: Path, store: SqliteSessionStore
+) -> None:
+    records = [new_record() for _ in range(10)]
+    for record in records:
+        await store.create_session(record, [user("seed")])
+    trace = await traced(store)
+
+    # Alone, a write goes at once (one at a time costs no extra loop pass); a burst's first
+    # write goes alone and the rest queue behind it, as above.
+    await store.commit(records[0].session_id, step("alone"))
+    await asyncio.gather(*(store.commit(r.session_id, step("burst 1")) for r in records))
+    # The last group held several writes: the next burst, issued to an idle writer, waits
+    # for the loop's next pass and goes whole, not as one write and then the rest.
+    await asyncio.gather(*(store.commit(r.session_id, step("burst 2")) for r in records))
+    await asyncio.gather(*(store.commit(r.session_id, step("burst 3")) for r in records))
+    # A group of one ends that: the next write goes at once again.
+    await store.commit(records[0].session_id, step("alone again"))
+    await store.commit(records[0].session_id, step("and again"))
+
+    assert trace.groups() == [1, 1, 9, 10, 10, 1, 1]
+    path = str(tmp_path / "s.db")
+    for record in records:
+        rows = raw(
+            path, "SELECT COUNT(*) FROM history_full WHERE session_id = ?", (record.session_id,)
+        )
+        assert rows == [(1 + 2 * (3 + 3 * (record is records[0])),)]
 
 
 async def test_a_failing_write_is_undone_alone_and_only_its_caller_sees_it(
