@@ -3,7 +3,7 @@ None from a function: its hash set met too many collisions (the caller runs Pyth
 
 from collections.abc import Sequence
 
-def fingerprints(chunks: Sequence[bytes], /) -> list[int]:
+def fingerprints(chunks: Sequence[bytes | bytearray | memoryview], /) -> list[int]:
     """`fingerprints.fingerprint` of each chunk, in order."""
 
 def parts_prints(text: str, /) -> list[int] | None:

@@ -69,7 +69,8 @@ async def store(tmp_path: Path) -> AsyncIterator[CountingStore]:
 
 
 def wire(request: dict[str, Any]) -> aos.AosRequest:
-    return msgspec.convert(request, aos.AosRequest)  # type: ignore[arg-type]
+    converted: aos.AosRequest = msgspec.convert(request, aos.AosRequest)
+    return converted
 
 
 async def check(

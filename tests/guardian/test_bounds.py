@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from aap_server import aos
 from aap_server.guardian import FailClosed
 from aap_server.guardian.content import rewrite, view_of
 from aap_server.guardian.detectors import check_egress, scan_all
@@ -204,7 +205,9 @@ async def test_content_nested_hundreds_deep_is_walked_without_recursion() -> Non
         deep = {"k": [deep]}
     step = steps().tool_call_request("e1", "search", {"q": deep})
     assert "write to alice@example.com" in view_of(step).texts
-    upper = rewrite(step, str.upper).params.tool_call_request.inputs[0].value
+    rewritten = rewrite(step, str.upper)
+    assert isinstance(rewritten, aos.ToolCallRequestStep)
+    upper = rewritten.params.tool_call_request.inputs[0].value
     for _ in range(450):
         upper = upper["k"][0]
     assert upper == "WRITE TO ALICE@EXAMPLE.COM"

@@ -134,7 +134,12 @@ def test_the_commonest_steps_are_read_without_walking(
     (the walk converted the whole request to builtins and visited every key)."""
     expected = _walked(request_)
     walks: list[object] = []
-    monkeypatch.setattr(content, "_texts", lambda *args: walks.append(args) or [])
+
+    def counted_walk(*args: object) -> list[str]:
+        walks.append(args)
+        return []
+
+    monkeypatch.setattr(content, "_texts", counted_walk)
     assert view_of(request_).texts == expected
     assert walks == []
 

@@ -147,7 +147,7 @@ async def test_a_steps_names_are_matched_against_the_policy_once(
     """The second call of a tool by the same agent tests no name pattern (egress tools,
     rules' agent and tool patterns): that was worked out for the first."""
     tested: list[tuple[object, object]] = []
-    plain, plain_tool = policy_guardian._names_match, policy_guardian.tool_name_matches
+    plain, plain_tool = policy_guardian._names_match, tool_name_matches
 
     def counting(patterns: Any, name: str | None) -> bool:
         tested.append((patterns, name))

@@ -14,6 +14,7 @@ import pytest
 from aap_server.guardian import fingerprints as fingerprints_module
 from aap_server.guardian import memory as guardian_memory
 from aap_server.guardian import native, provenance
+from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.guardian.test_memory_log import READS_UNTRUSTED_LINES
@@ -65,7 +66,7 @@ NON_ASCII_NOTE = (
 
 @pytest.mark.parametrize("note", [LONG_NOTE, NON_ASCII_NOTE])
 def test_every_guaranteed_run_of_a_tracked_text_is_recognised(note: str) -> None:
-    tracked = guardian_memory.Prints(guardian_memory.MAX_LINE_PRINTS)
+    tracked = Prints(guardian_memory.MAX_LINE_PRINTS)
     tracked.add_all(guardian_memory.chunk_prints(note))
     flat = re.sub(r"[\W_]+", "", note.lower())
     for start in range(len(flat) - GUARANTEED_RUN + 1):

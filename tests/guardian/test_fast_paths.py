@@ -12,6 +12,7 @@ import pytest
 from aap_server.guardian import provenance
 from aap_server.guardian.detectors import directives, injection, pii, scan_pii, secret_formats
 from aap_server.guardian.detectors._views import TextViews
+from aap_server.guardian.detectors.base import Finding
 from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.provenance import _HAS_VALUE_CHAR, _value_words, words_of
 
@@ -210,7 +211,7 @@ def test_phone_regions_tried_by_last_group_give_the_verdict_of_trying_all(
     assert sum(plain) > 100  # real numbers among them, found both ways
 
 
-def _phones_plainly(v: TextViews) -> list[pii.Finding]:
+def _phones_plainly(v: TextViews) -> list[Finding]:
     """`pii._phones` as first written: every run tried, then each later group of it."""
     budget = [pii.MAX_PHONE_CHECKS]
     out = []
@@ -284,8 +285,8 @@ def test_assignments_gated_by_anchors_are_those_found_reading_every_name(
               "=", "name: plan ", "Lob", "key", "\u00e9"]  # fmt: skip
     texts = _texts(pieces, 4000, 11)
 
-    def found(text: str) -> list[object]:
-        out: list[secret_formats.Finding] = []
+    def found(text: str) -> list[Finding]:
+        out: list[Finding] = []
         secret_formats._assignments(text, out)
         return out
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from aap_server.guardian import policy_guardian
+from aap_server.guardian.detectors import scan_all
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import RECENT_SCAN_CHARS, RECENT_SCANS, PolicyGuardian
 from tests.guardian.test_policy import CARD, steps, text_of
@@ -19,7 +20,7 @@ from tests.guardian.test_policy import CARD, steps, text_of
 def scanned(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every text the detectors really scan, in order."""
     texts: list[str] = []
-    original: Callable[..., Any] = policy_guardian.scan_all
+    original: Callable[..., Any] = scan_all
 
     def counting(text: str, *args: Any, **kwargs: Any) -> Any:
         texts.append(text)

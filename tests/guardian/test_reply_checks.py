@@ -46,7 +46,7 @@ def _texts(verdict: aos.AosSuccessResult) -> list[str]:
 
 
 def _with_content(make: StepFactory, role: str, content: list[Any]) -> aos.MessageStep:
-    request = make.message(role, "")  # type: ignore[arg-type]
+    request = make.message(role, "")
     parts = msgspec.convert(content, list[aos.Part])
     message = msgspec.structs.replace(request.params.message, content=parts)
     return msgspec.structs.replace(

@@ -175,13 +175,13 @@ def test_the_c_functions_leak_nothing_on_their_error_and_give_up_paths() -> None
             with pytest.raises((TypeError, ValueError)):
                 BUILT.parts_prints(bad_text)  # type: ignore[arg-type]
         assert BUILT.amount_prints("$9,731.50 eur9.731,00 rent:1234")
-        for bad_text in ("it's 1,000", "é", 3):
+        for bad_amounts in ("it's 1,000", "é", 3):
             with pytest.raises((TypeError, ValueError)):
-                BUILT.amount_prints(bad_text)  # type: ignore[arg-type]
+                BUILT.amount_prints(bad_amounts)  # type: ignore[arg-type]
         assert BUILT.distinct_runs(b"a b c a", table, b"b") == {b"a", b"c"}
         for args in ((b"a", b"x"), ("s", table), (b"a", table, "s"), (b"a", None)):
             with pytest.raises((TypeError, ValueError)):
-                BUILT.distinct_runs(*args)  # type: ignore[arg-type]
+                BUILT.distinct_runs(*args)
         with pytest.raises(TypeError):
             BUILT.distinct_runs(b"a")  # type: ignore[call-arg]
 

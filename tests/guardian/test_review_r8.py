@@ -186,7 +186,7 @@ def test_checks_that_are_not_coroutines_fail_closed() -> None:
             return asyncio.get_running_loop().create_future()
 
     async def body() -> list[tuple[str, list[str] | None]]:
-        out = []
+        out: list[tuple[str, list[str] | None]] = []
         for guardian in (Sync(), AsyncGen(), FutureCheck(), NeverDone()):
             verdict = await FailClosed(cast(Guardian, guardian), 0.05).check(_message())
             out.append((verdict.decision, verdict.reason_code))
@@ -497,7 +497,7 @@ def test_session_sizes_stay_accounted_when_only_changed_steps_resize() -> None:
     async def body() -> list[tuple[int, int]]:
         guardian = PolicyGuardian(default_policy())
         make = _steps("read_mail", "send_email", "lookup")
-        sequence = [
+        sequence: list[aos.AosRequest] = [
             make.message("user", "my card is 4111 1111 1111 1111, key AKIAZ7Q3K5M2N8P4R6T1"),
             make.message("agent", "noted"),
             make.tool_call_request("c1", "read_mail", {}),

@@ -218,7 +218,7 @@ async def test_a_pasted_credential_of_a_new_provider_becomes_its_placeholder() -
     body = msgspec.json.encode(pasted.modified_request).decode()
     assert token not in body
     assert "<PLANETSCALE_TOKEN_1>" in body
-    assert "secret.from_user" in pasted.reason_code
+    assert "secret.from_user" in (pasted.reason_code or [])
 
     call = steps().tool_call_request("c1", "http_post", {"body": f"key={token}"})
     assert (await guardian.check(call)).decision == "deny"

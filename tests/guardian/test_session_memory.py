@@ -11,6 +11,7 @@ from aap_server import aos
 from aap_server.agent import KnowledgeItem
 from aap_server.guardian import CheckScope, check_scope, policy_guardian
 from aap_server.guardian import memory as guardian_memory
+from aap_server.guardian.fingerprints import Prints
 from aap_server.guardian.policy import default_policy, parse_policy
 from aap_server.guardian.policy_guardian import PolicyGuardian
 from tests.guardian.test_policy import PLACEHOLDERS, confidential_note, steps, text_of
@@ -297,7 +298,7 @@ async def test_any_substantial_fragment_of_a_confidential_line_is_recognised(
 
 
 def test_chunk_prints_recognise_fragments_not_unrelated_text() -> None:
-    tracked = guardian_memory.Prints(guardian_memory.MAX_LINE_PRINTS)
+    tracked = Prints(guardian_memory.MAX_LINE_PRINTS)
     for value in guardian_memory.chunk_prints(LONG_NOTE):
         tracked.add(value)
     # About one kept hash in 4.5 chunks: a few dozen for this line.

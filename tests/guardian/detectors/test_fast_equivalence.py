@@ -380,6 +380,12 @@ def test_json_values_hold_the_pii_the_whole_text_holds(values: list[object], ind
     assert found == [expected, expected]
 
 
+# Shapes of texts as `TextViews.shape` writes them, without `+`: digits, run separators,
+# letters, quotes, and a space as common as a digit.
+_RUN_CHARACTERS = b'0 .-/()0 a"x_:0 .'
+_RUN_ALPHABET = bytes(_RUN_CHARACTERS[i % len(_RUN_CHARACTERS)] for i in range(256))
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=120).map(lambda raw: raw.translate(_RUN_ALPHABET)))
 def test_runs_told_apart_by_what_they_are_are_the_runs_found_one_by_one(shape: bytes) -> None:
@@ -387,12 +393,6 @@ def test_runs_told_apart_by_what_they_are_are_the_runs_found_one_by_one(shape: b
     `+`; with one, runs are always found one by one)."""
     by_piece = pii._runs_by_piece(shape)
     assert by_piece is None or by_piece == _one_by_one(shape)
-
-
-# Shapes of texts as `TextViews.shape` writes them, without `+`: digits, run separators,
-# letters, quotes, and a space as common as a digit.
-_RUN_CHARACTERS = b'0 .-/()0 a"x_:0 .'
-_RUN_ALPHABET = bytes(_RUN_CHARACTERS[i % len(_RUN_CHARACTERS)] for i in range(256))
 
 
 def test_runs_dropped_whole_are_the_decimals_that_hold_nothing() -> None:
