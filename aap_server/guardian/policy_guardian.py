@@ -174,6 +174,10 @@ class _Step:
     """One step under evaluation: its view, and what scanning it found (`prepare`, which may
     run in a worker thread: it touches no session facts)."""
 
+    # What every step sets in slots; the rest (most steps never set it) in a dictionary, as
+    # it stands until set: a class default, nothing per step.
+    __slots__ = ("__dict__", "_scans", "candidates", "findings", "policy", "request", "view")
+
     # What most steps never set, as it stands until set (a class default: nothing per step).
     # Set from the event loop when the check's waiter gave up; read by the scan worker.
     cancelled = False
@@ -193,8 +197,6 @@ class _Step:
     # A reply's links are decoded and scanned too (`_link_findings`); one too long to decode
     # refuses the reply.
     long_link = False
-    # The detector hits in the content (`prepare`).
-    findings: Sequence[Finding] = ()
 
     def __init__(
         self, request: aos.AosRequest, view: StepView, policy: Policy, candidates: _Candidates
@@ -207,6 +209,8 @@ class _Step:
         # declares of it), whether its links are read (`_Families.candidates`).
         self.candidates = candidates
         self._scans: dict[str, list[Finding]] = {}
+        # The detector hits in the content (`prepare`).
+        self.findings: Sequence[Finding] = ()
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)` over the families the policy can use on this step, once per text:
