@@ -199,7 +199,8 @@ def _words_prints(words: Collection[str]) -> Collection[int]:
         return _token_prints(next(iter(words)))
     if len(words) <= _WORDS_LOOKED_UP:
         # (Each word looked up at C level when none is too long to be kept: the commonest.)
-        kept = _kept_token_prints if max(map(len, words)) <= _TOKEN_KEPT_CHARS else _token_prints
+        long = max(map(len, words), default=0) > _TOKEN_KEPT_CHARS
+        kept = _token_prints if long else _kept_token_prints
         return set().union(*map(kept, words))
     # Joined by spaces, which cut parts as the inner delimiters do: the same parts.
     return _parts_prints(" ".join(words))

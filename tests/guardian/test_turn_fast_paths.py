@@ -148,6 +148,7 @@ def test_a_few_words_get_the_fingerprints_each_word_gives(long_word: bool) -> No
             words.add("y" * (provenance._TOKEN_KEPT_CHARS + 1) + ".example")
         expected = set().union(*map(provenance._token_prints, words))
         assert set(provenance._words_prints(words)) == expected
+    assert not provenance._words_prints(set())
 
 
 @pytest.mark.parametrize("size", [0, 1, 100, provenance._INSTRUCTIONS_PRINT_KEPT_CHARS + 1])
