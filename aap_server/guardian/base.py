@@ -251,36 +251,19 @@ async def checked(
     try:
         started = asyncio.get_running_loop().time()
         check = guardian.check(request)
-        budget = None
-        if type(check) is not types.CoroutineType:  # some other awaitable: awaited as such
-            budget = asyncio.timeout(timeout_seconds)
-            async with budget:
-                verdict = await check
-        else:
-            deadline = started + timeout_seconds
+        if type(check) is _COROUTINE:
             try:
                 waiting_for = check.send(None)
-                # A bare yield is `asyncio.sleep(0)`: the check lets the loop run a pass (its
-                # inline scan budget, `scan_pool.LoopSlice`). That pass is taken here, with
-                # the budget read after it, so it arms no timer either.
-                while waiting_for is None:
-                    try:
-                        await asyncio.sleep(0)
-                    except BaseException:
-                        check.close()
-                        raise
-                    if asyncio.get_running_loop().time() >= deadline:
-                        check.close()
-                        raise TimeoutError
-                    waiting_for = check.send(None)
             except StopIteration as done:  # answered without suspending on a future
                 verdict = done.value
             else:
-                budget = asyncio.timeout_at(deadline)
-                async with budget:
-                    verdict = await _rest_of(check, waiting_for)
-        if budget is not None and budget.expired():  # it caught its cancellation, answered
-            raise TimeoutError
+                verdict = await _once_suspended(check, waiting_for, started + timeout_seconds)
+        else:  # some other awaitable: awaited as such
+            budget = asyncio.timeout(timeout_seconds)
+            async with budget:
+                verdict = await check
+            if budget.expired():  # it caught its cancellation, answered
+                raise TimeoutError
     except TimeoutError:
         return GuardianUnavailable("guardian.timeout", "guardian did not answer in time")
     except GuardianUnavailable as unavailable:
@@ -297,10 +280,46 @@ async def checked(
         return GuardianUnavailable("guardian.error", "guardian failed")
     if not isinstance(verdict, AosSuccessResult) or not _well_typed(verdict):
         return GuardianUnavailable("guardian.malformed", "guardian returned a malformed verdict")
-    if verdict.decision == "modify" and verdict.modified_request is None:
-        return GuardianUnavailable("guardian.malformed", "modify verdict without modifiedRequest")
-    if verdict.modified_request is not None and verdict.modified_request.method != request.method:
+    modified = verdict.modified_request
+    if modified is None:
+        if verdict.decision == "modify":
+            return GuardianUnavailable(
+                "guardian.malformed", "modify verdict without modifiedRequest"
+            )
+    elif modified.method != request.method:
         return GuardianUnavailable("guardian.malformed", "modifiedRequest changes the method")
+    return verdict
+
+
+_COROUTINE = types.CoroutineType
+
+
+async def _once_suspended(
+    check: Coroutine[Any, Any, Any], waiting_for: Any, deadline: float
+) -> Any:
+    """The rest of a check driven by hand (`checked`) that suspended, yielding `waiting_for`
+    to the event loop; `deadline`: the end of its time budget, by the loop's clock."""
+    try:
+        # A bare yield is `asyncio.sleep(0)`: the check lets the loop run a pass (its
+        # inline scan budget, `scan_pool.LoopSlice`). That pass is taken here, with
+        # the budget read after it, so it arms no timer either.
+        while waiting_for is None:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                check.close()
+                raise
+            if asyncio.get_running_loop().time() >= deadline:
+                check.close()
+                raise TimeoutError
+            waiting_for = check.send(None)
+    except StopIteration as done:  # answered without suspending on a future
+        return done.value
+    budget = asyncio.timeout_at(deadline)
+    async with budget:
+        verdict = await _rest_of(check, waiting_for)
+    if budget.expired():  # it caught its cancellation, answered
+        raise TimeoutError
     return verdict
 
 
@@ -320,17 +339,18 @@ def _well_typed(verdict: AosSuccessResult) -> bool:
     """What msgspec checks when a verdict is decoded, for one built in-process (a Struct
     does not check its fields' types when constructed): an unknown decision must never be
     taken for `allow`."""
-    codes, modified = verdict.reason_code, verdict.modified_request
+    codes, data, modified = verdict.reason_code, verdict.data, verdict.modified_request
     return (
-        verdict.decision in ("allow", "deny", "modify")
+        verdict.decision in _DECISIONS
         and isinstance(verdict.message, str)
-        and (
-            codes is None
-            or (isinstance(codes, list) and all(map(isinstance, codes, itertools.repeat(str))))
-        )
-        and (verdict.data is None or isinstance(verdict.data, dict))
+        and (codes is None or (isinstance(codes, list) and all(map(isinstance, codes, _STR))))
+        and (data is None or isinstance(data, dict))
         and (modified is None or isinstance(modified, AosRequestBase))
     )
+
+
+_DECISIONS = ("allow", "deny", "modify")  # (a tuple: an unhashable decision is no error)
+_STR = itertools.repeat(str)  # (endless, and never advanced past what `map` reads)
 
 
 def failure_verdict(

@@ -198,6 +198,11 @@ def _plain_texts(params: Any) -> list[str] | None:
         return texts
     else:
         return None
+    return _part_texts(parts)
+
+
+def _part_texts(parts: list[Any]) -> list[str] | None:
+    """The texts of parts that are all text parts without metadata; else None."""
     # Each part's `kind` is a naming field and a text part's only other string is its text.
     texts = []
     for part in parts:
@@ -210,15 +215,32 @@ def _plain_texts(params: Any) -> list[str] | None:
 def view_of(request: aos.AosRequest, *, max_strings: int | None = None) -> StepView:
     """What rules match on; `ViewTooLarge` once more than `max_strings` strings were walked
     (the caller then builds the view in a worker)."""
-    texts = _plain_texts(request.params)
+    params: Any = request.params
+    if isinstance(params, aos.MessageParams):  # (the commonest step, read straight off)
+        message = params.message
+        texts = None if message.metadata else _part_texts(message.content)
+        if texts is not None and (max_strings is None or len(texts) <= max_strings):
+            context: aos.StepContext | None = params.context
+            return StepView(
+                method=request.method,
+                agent=context.agent.name if context else None,
+                session_id=context.session.id if context else None,
+                turn_id=context.turn_id if context else None,
+                role=message.role,
+                tool=None,
+                execution_id=None,
+                arguments={},
+                texts=texts,
+            )
+    texts = _plain_texts(params)
     if texts is not None:
         if max_strings is not None and len(texts) > max_strings:
             raise ViewTooLarge
         normalized = request
     else:
         normalized = _normalized(request)
-    params: Any = normalized.params
-    context: aos.StepContext | None = getattr(params, "context", None)
+    params = normalized.params
+    context = getattr(params, "context", None)
     role = tool = execution_id = None
     arguments: dict[str, Any] = {}
     if isinstance(params, aos.MessageParams):

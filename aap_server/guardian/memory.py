@@ -260,7 +260,9 @@ _ENTITY = re.compile(r"&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9]
 
 
 def _bare_link_hinted(lowered: str) -> bool:
-    return any(hint in lowered for hint in _BARE_LINK_HINTS)
+    """Whether the lower-cased text holds one of `_BARE_LINK_HINTS` (spelt out: no generator
+    is made for the reply checked at every turn)."""
+    return "mailto:" in lowered or "sms" in lowered or "tel:" in lowered or "www." in lowered
 
 
 def may_hold_links(text: str) -> bool:
@@ -1247,11 +1249,12 @@ class SessionFacts:
         everything when asked, when the store holds no whole record yet, or when the change
         records stored since the last whole one would outgrow it (`MIN_LOG_BYTES`). Costs
         what changed, except for a whole record."""
-        change = self._encode(self._change())
+        change = _memory_encoder.encode(self._change())
+        whole_bytes = self._whole_bytes
         if (
             whole
-            or self._whole_bytes is None
-            or (self._log_bytes + len(change) > max(self._whole_bytes, MIN_LOG_BYTES))
+            or whole_bytes is None
+            or (self._log_bytes + len(change) > max(whole_bytes, MIN_LOG_BYTES))
         ):
             record = self._encode(self._whole())
             self._whole_bytes, self._log_bytes, self._count = len(record), 0, 1
@@ -1260,7 +1263,7 @@ class SessionFacts:
             return MemoryExport(record=record, whole=True)
         self._log_bytes += len(change)
         self._count += 1
-        self._exported(change)
+        self._last = change  # (`_exported`)
         return MemoryExport(record=change, whole=False)
 
     def _exported(self, record: bytes) -> None:
@@ -1298,11 +1301,18 @@ class SessionFacts:
         """What changed since the last export (the journals are emptied)."""
         self.changed = False
         provenance = self.provenance
-        return self._memory(
+        # (`_memory`, spelt out: one is made after every step that changed something)
+        private_values, private_lines = self.private_values, self.private_lines
+        return SessionMemory(
+            turn_id=self.turn_id,
+            calls_in_turn=self.calls_in_turn,
+            calls_in_session=self.calls_in_session,
             calls_by_tool=self.calls_by_tool.take_touched(),
+            untrusted_seen=self.untrusted_seen,
             untrusted_lines=self.untrusted_lines.take_touched(),
-            private_lines=self.private_lines.take_touched(),
-            private_prints=self.private_values.take_touched(),
+            private_lines=private_lines.take_touched(),
+            private_prints=private_values.take_touched(),
+            private_saturated=private_values.saturated or private_lines.saturated,
             originals=self.originals.take_touched(),
             counters=self.counters.take_touched(),
             provenance=ProvenanceMemory(
@@ -1312,6 +1322,8 @@ class SessionFacts:
                 instructions=provenance.instructions,
                 untrusted_saturated=provenance.untrusted.saturated,
             ),
+            forgotten=self.forgotten,
+            untrusted_unprinted=self.untrusted_unprinted,
         )
 
     def _whole(self) -> SessionMemory:

@@ -174,80 +174,55 @@ class _Step:
     """One step under evaluation: its view, and what scanning it found (`prepare`, which may
     run in a worker thread: it touches no session facts)."""
 
-    __slots__ = (
-        "_argument_prints",
-        "_arguments_ready",
-        "_call",
-        "_names",
-        "_recent",
-        "_scans",
-        "_tool_facts",
-        "argument_findings",
-        "argument_forms",
-        "cancelled",
-        "content_prints",
-        "declarations",
-        "egress",
-        "families",
-        "findings",
-        "learned",
-        "long_link",
-        "policy",
-        "reads_links",
-        "reads_untrusted_lines",
-        "request",
-        "view",
-    )
+    # What every step sets in slots; the rest (most steps never set it) in a dictionary, as
+    # it stands until set: a class default, nothing per step.
+    __slots__ = ("__dict__", "_scans", "candidates", "findings", "policy", "request", "view")
+
+    # What most steps never set, as it stands until set (a class default: nothing per step).
+    # Set from the event loop when the check's waiter gave up; read by the scan worker.
+    cancelled = False
+    _names: set[str] | None = None
+    # Tool arguments as they may leave (decoded forms) and the detector hits in those.
+    argument_forms: Sequence[bytes] = ()
+    argument_findings: Sequence[Finding] = ()
+    _arguments_ready = False
+    _argument_prints: set[int] | None = None
+    # Fingerprints of untrusted content's lines and chunks (the newest that can be kept).
+    content_prints: Sequence[int] = ()
+    _tool_facts: ToolFacts | None = None
+    _call: Call | None = None
+    # What provenance learning takes in from the texts, computed in the scan worker for a
+    # step scanned there (an inline step's few words are taken in on the loop).
+    learned: LearnedWords | None = None
+    # A reply's links are decoded and scanned too (`_link_findings`); one too long to decode
+    # refuses the reply.
+    long_link = False
 
     def __init__(
-        self,
-        request: aos.AosRequest,
-        view: StepView,
-        policy: Policy,
-        families: _Families,
-        candidates: _Candidates,
+        self, request: aos.AosRequest, view: StepView, policy: Policy, candidates: _Candidates
     ) -> None:
         self.request = request
         self.view = view
         self.policy = policy
-        self.families = families(view.method)
-        self._recent = families.recent
-        self.reads_untrusted_lines = families.reads_untrusted_lines
-        # A tool call of a tool the policy labels egress, and what the policy declares of it.
-        self.egress = candidates.egress
-        self.declarations = candidates.declarations
-        # Set from the event loop when the check's waiter gave up; read by the scan worker.
-        self.cancelled = False
-        self.findings: list[Finding] = []
+        # The step's candidate rules, and what else its method and names decide: the
+        # families it is scanned for, whether its tool is egress (and what the policy
+        # declares of it), whether its links are read (`_Families.candidates`).
+        self.candidates = candidates
         self._scans: dict[str, list[Finding]] = {}
-        self._names: set[str] | None = None
-        # Tool arguments as they may leave (decoded forms) and the detector hits in those.
-        self.argument_forms: list[bytes] = []
-        self.argument_findings: list[Finding] = []
-        self._arguments_ready = False
-        self._argument_prints: set[int] | None = None
-        # Fingerprints of untrusted content's lines and chunks (the newest that can be kept).
-        self.content_prints: list[int] = []
-        self._tool_facts: ToolFacts | None = None
-        self._call: Call | None = None
-        # What provenance learning takes in from the texts, computed in the scan worker for a
-        # step scanned there (an inline step's few words are taken in on the loop).
-        self.learned: LearnedWords = {}
-        # A reply's links are decoded and scanned too (`_link_findings`); one too long to
-        # decode refuses the reply.
-        self.reads_links = view.method == "steps/message" and view.role == "agent"
-        self.long_link = False
+        # The detector hits in the content (`prepare`).
+        self.findings: Sequence[Finding] = ()
 
     def scan(self, text: str) -> list[Finding]:
         """`scan_all(text)` over the families the policy can use on this step, once per text:
         redaction rescans the texts the rules matched on."""
         found = self._scans.get(text)
         if found is None:
-            found = self._recent.get(self.families, text)
+            candidates = self.candidates
+            found = candidates.recent.get(candidates.families, text)
             if found is None:
-                found = scan_all(text, self.families, should_stop=self.stopped)
-                self._recent.put(self.families, text, found)
-            if self.reads_links and may_hold_links(text):
+                found = scan_all(text, candidates.families, should_stop=self.stopped)
+                candidates.recent.put(candidates.families, text, found)
+            if candidates.reads_links and may_hold_links(text):
                 found = found + self._link_findings(text)
             self._scans[text] = found
         return found
@@ -272,10 +247,14 @@ class _Step:
         tool arguments, fingerprints of untrusted lines (of knowledge always, of other
         untrusted content when a rule reads them). Linear in the step's content."""
         view = self.view
-        found = [f for text in view.texts for f in self.scan(text)]
-        if len(view.texts) > 1:
-            found += self.joined_part_findings()
-        if self.egress:
+        texts = view.texts
+        if len(texts) == 1:  # (the commonest)
+            found = list(self.scan(texts[0]))
+        else:
+            found = [f for text in texts for f in self.scan(text)]
+            if len(texts) > 1:
+                found += self.joined_part_findings()
+        if self.candidates.egress:
             egress = self.policy.egress
             for text in view.texts:
                 found.extend(
@@ -285,7 +264,7 @@ class _Step:
                 raise ScanCancelled
         self.findings = found
         if view.method in UNTRUSTED_METHODS and (
-            self.reads_untrusted_lines or view.method == "steps/knowledgeRetrieval"
+            self.candidates.reads_untrusted_lines or view.method == "steps/knowledgeRetrieval"
         ):
             prints: dict[int, None] = {}
             for text in view.texts:
@@ -307,12 +286,12 @@ class _Step:
         self._arguments_ready = True
         self.argument_forms = decoded_forms("\n".join(self.view.texts))
         plain = self.argument_forms[0]
-        self.argument_findings = [f for f in self.findings if f.category in PRIVATE_FAMILIES]
+        found = [f for f in self.findings if f.category in PRIVATE_FAMILIES]
+        self.argument_findings = found
         for form in self.argument_forms[1:]:
             if form != plain:
                 text = form.decode("utf-8", "replace")
-                stop = self.stopped
-                self.argument_findings += scan_all(text, PRIVATE_FAMILIES, should_stop=stop)
+                found += scan_all(text, PRIVATE_FAMILIES, should_stop=self.stopped)
 
     def argument_prints(self) -> set[int]:
         """`window_prints` of the tool arguments' decoded forms, once: both the private and
@@ -330,8 +309,9 @@ class _Step:
         if self.view.tool is None:
             return None
         if self._tool_facts is None:
+            candidates = self.candidates
             self._tool_facts = tool_facts(
-                self.request, self.view.tool, self.declarations, self.egress
+                self.request, self.view.tool, candidates.declarations, candidates.egress
             )
         return self._tool_facts
 
@@ -410,7 +390,16 @@ class _Families:
                 declarations = next(
                     ((d,) for d in self._tools if tool_name_matches(tool, d.name)), ()
                 )
-            found = _Candidates(rules, egress, declarations)
+            found = _Candidates(
+                rules,
+                egress,
+                declarations,
+                need_findings=all(r.match.detectors is not None for r in rules),
+                families=self(view.method),
+                recent=self.recent,
+                reads_untrusted_lines=self.reads_untrusted_lines,
+                reads_links=view.method == "steps/message" and view.role == "agent",
+            )
             if len(view.agent or "") + len(view.tool or "") <= CANDIDATE_NAME_CHARS:
                 if len(self._candidates) >= CANDIDATES_KEPT:
                     self._candidates.clear()
@@ -420,11 +409,23 @@ class _Families:
 
 class _Candidates(NamedTuple):
     """A step's candidate rules (see `_Families.candidates`), whether it calls a tool the
-    policy labels egress, and the policy's declaration of that tool (if any)."""
+    policy labels egress, and the policy's declaration of that tool (if any); and what else
+    the step's method and role decide under the policy (see `_Step`)."""
 
     rules: tuple[Rule, ...]
     egress: bool
     declarations: tuple[ToolDeclaration, ...]
+    # Whether every candidate rule names detectors: then a step with no findings matches none
+    # (`_holds` tests the detectors first).
+    need_findings: bool
+    # The detector families the step is scanned for (`_Families.__call__`), and the scans
+    # kept under the policy (`_Families.recent`).
+    families: tuple[Category, ...]
+    recent: RecentScans
+    # Whether a rule reads the fingerprints of untrusted content (`_Families`).
+    reads_untrusted_lines: bool
+    # An agent's reply: its links are decoded and scanned too (`_Step._link_findings`).
+    reads_links: bool
 
 
 def _families_of(rules: Iterable[Rule]) -> tuple[Category, ...]:
@@ -568,14 +569,15 @@ class PolicyGuardian(Guardian):
     # it is what this process last wrote: the store holds the newest, whichever replica
     # wrote it, as one whole record.
     def export_session(self, session_id: str) -> MemoryExport | None:
-        cache = self._cache(check_scope.get().namespace)
-        facts = cache.get(session_id)
+        namespace = check_scope.get().namespace
+        facts = (self._cache(namespace) if namespace else self._hosted).get(session_id)
         if facts is None or not facts.pending():
             return None
         return facts.export()
 
     def import_session(self, session_id: str, records: Sequence[bytes]) -> None:
-        cache = self._cache(check_scope.get().namespace)
+        namespace = check_scope.get().namespace
+        cache = self._cache(namespace) if namespace else self._hosted
         held = cache.get(session_id)
         if cache is self._hosted and held is not None:
             if held.matches(records):  # what this process last stored or read: as is
@@ -638,7 +640,7 @@ class PolicyGuardian(Guardian):
             ) or ""
             size = _utf8_size(view.texts)
             candidates = families.candidates(view)
-            step = _Step(request, view, policy, families, candidates)
+            step = _Step(request, view, policy, candidates)
             if size > policy.limits.max_scan_bytes:
                 verdict = _over_limit(policy, size)
                 if verdict.decision != "deny":  # learnt from, unscanned: words off the loop
@@ -657,7 +659,7 @@ class PolicyGuardian(Guardian):
             return _busy(policy)
         except RecursionError:
             return _too_deep(policy)
-        cache = self._cache(scope.namespace)
+        cache = self._cache(scope.namespace) if scope.namespace else self._hosted
         facts = cache.facts(session_id)
         if view.turn_id is not None and view.turn_id != facts.turn_id:
             facts.turn_id = view.turn_id
@@ -669,10 +671,13 @@ class PolicyGuardian(Guardian):
         try:
             if verdict is None:
                 if view.method == "steps/toolCallRequest" and facts.originals:
-                    step.findings = step.findings + _placeholder_findings(view.texts, facts)
+                    step.findings = [*step.findings, *_placeholder_findings(view.texts, facts)]
                 elif view.method == "protocols/MCP":
-                    step.findings = step.findings + _pin_change_findings(request)
-                matching = [r for r in candidates.rules if _holds(r.match, step, facts)]
+                    step.findings = [*step.findings, *_pin_change_findings(request)]
+                if step.findings or not candidates.need_findings:
+                    matching = [r for r in candidates.rules if _holds(r.match, step, facts)]
+                else:  # (what `_holds` finds of each rule, at once: most steps find nothing)
+                    matching = []
                 verdict = self._decide(step, facts, matching)
                 if step.long_link and policy.limits.over_limit == "deny":
                     verdict = _long_link(policy)
@@ -744,12 +749,11 @@ class PolicyGuardian(Guardian):
     def _learn(self, step: _Step, facts: SessionFacts, verdict: aos.AosSuccessResult) -> None:
         """Update the session facts after a step was judged (on the event loop: cheap, the
         costly part was done by `prepare`)."""
-        view = step.view
         if verdict.decision == "deny":
             return
-        facts.changed |= facts.provenance.learn(
-            step.request, view.texts, step.tool_facts(), step.learned
-        )
+        view = step.view
+        tool = step.tool_facts() if view.tool is not None else None
+        facts.changed |= facts.provenance.learn(step.request, view.texts, tool, step.learned)
         if view.method == "steps/message":  # (the commonest step: nothing more to take in)
             return
         if view.method == "steps/toolCallRequest" and view.tool is not None:
@@ -762,7 +766,7 @@ class PolicyGuardian(Guardian):
             facts.untrusted_seen = True
             facts.untrusted_lines.add_all(step.content_prints)
             # Taken in while no rule reads untrusted lines: they were not kept (`prepare`).
-            facts.untrusted_unprinted |= not step.reads_untrusted_lines
+            facts.untrusted_unprinted |= not step.candidates.reads_untrusted_lines
         trusted_output = view.method == "steps/toolCallResult" and facts.provenance.trusted_result(
             view.execution_id
         )

@@ -35,7 +35,7 @@ import re
 import string
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -198,7 +198,10 @@ def _words_prints(words: Collection[str]) -> Collection[int]:
     if len(words) == 1:  # (a compact JSON text)
         return _token_prints(next(iter(words)))
     if len(words) <= _WORDS_LOOKED_UP:
-        return set().union(*map(_token_prints, words))
+        # (Each word looked up at C level when none is too long to be kept: the commonest.)
+        long = max(map(len, words), default=0) > _TOKEN_KEPT_CHARS
+        kept = _token_prints if long else _kept_token_prints
+        return set().union(*map(kept, words))
     # Joined by spaces, which cut parts as the inner delimiters do: the same parts.
     return _parts_prints(" ".join(words))
 
@@ -481,6 +484,26 @@ def instructions_of(request: aos.AosRequest) -> str:
 _UNTRUSTED_INPUT = ("steps/knowledgeRetrieval", "protocols/MCP", "protocols/A2A")
 
 
+_NOTHING_AHEAD: LearnedWords = {}  # (never written to)
+
+
+def _words(ahead: LearnedWords, text: str, values_only: bool) -> list[int]:
+    """`words_of(text, values_only)`, taken from `ahead` (`words_to_learn`) if it is there."""
+    found = ahead.get((text, values_only))
+    return words_of(text, values_only) if found is None else found
+
+
+# Agent instructions up to this long have their fingerprint kept (a few dozen agents' at
+# most: the newest `_INSTRUCTIONS_PRINTS_KEPT`), as the same text is checked at every step.
+_INSTRUCTIONS_PRINT_KEPT_CHARS = AHEAD_INSTRUCTIONS_CHARS
+_INSTRUCTIONS_PRINTS_KEPT = 64
+
+
+@functools.lru_cache(maxsize=_INSTRUCTIONS_PRINTS_KEPT)
+def _instructions_print(instructions: str) -> int:
+    return _print(instructions)
+
+
 class ProvenanceMemory(msgspec.Struct, frozen=True, kw_only=True):
     """`Provenance` as stored with the session."""
 
@@ -534,20 +557,16 @@ class Provenance:
     ) -> bool:
         """Take in a step the guardian let through; whether anything changed. `learned`: the
         step's `words_to_learn`, if computed ahead (what it lacks is computed here)."""
-        ahead = learned or {}
-
-        def words(text: str, values_only: bool) -> list[int]:
-            found = ahead.get((text, values_only))
-            return words_of(text, values_only) if found is None else found
-
+        ahead = learned or _NOTHING_AHEAD
         params: Any = request.params
-        changed = self._learn_instructions(getattr(params, "context", None), words)
-        method = request.method
-        if isinstance(params, aos.MessageParams):
+        changed = self._learn_instructions(getattr(params, "context", None), ahead)
+        if isinstance(params, aos.MessageParams):  # (the commonest step)
             if params.message.role == "user":
                 for text in texts:
-                    changed |= self.trusted.add_all(words(text, False))
-        elif isinstance(params, aos.ToolCallRequestParams):
+                    changed |= self.trusted.add_all(_words(ahead, text, False))
+            return changed
+        method = request.method
+        if isinstance(params, aos.ToolCallRequestParams):
             call_id = params.tool_call_request.execution_id
             self.calls[call_id] = tool is not None and tool.trusted_output
             self.calls.move_to_end(call_id)
@@ -559,10 +578,10 @@ class Provenance:
             if trusted or self._untrusted_read():
                 target = self.trusted if trusted else self.untrusted
                 for text in texts:
-                    changed |= target.add_all(words(text, not trusted))
+                    changed |= target.add_all(_words(ahead, text, not trusted))
         elif method in _UNTRUSTED_INPUT and self._untrusted_read():
             for text in texts:
-                changed |= self.untrusted.add_all(words(text, True))
+                changed |= self.untrusted.add_all(_words(ahead, text, True))
         return changed
 
     def _untrusted_read(self) -> bool:
@@ -571,17 +590,22 @@ class Provenance:
         untrusted and looks none up, so more are neither fingerprinted nor kept."""
         return not self.untrusted.saturated
 
-    def _learn_instructions(
-        self, context: aos.StepContext | None, words: Callable[[str, bool], list[int]]
-    ) -> bool:
-        if context is None or not context.agent.instructions:
+    def _learn_instructions(self, context: aos.StepContext | None, ahead: LearnedWords) -> bool:
+        if context is None:
             return False
         instructions = context.agent.instructions
-        seen = _print(instructions)
+        if not instructions:
+            return False
+        # (The same instructions come in every step: their fingerprint is looked up.)
+        seen = (
+            _instructions_print(instructions)
+            if len(instructions) <= _INSTRUCTIONS_PRINT_KEPT_CHARS
+            else _print(instructions)
+        )
         if seen == self.instructions:
             return False
         self.instructions = seen
-        self.trusted.add_all(words(instructions, False))
+        self.trusted.add_all(_words(ahead, instructions, False))
         return True
 
     def trusted_result(self, call_id: str | None) -> bool:
