@@ -40,13 +40,6 @@ class LoopSlice:
     async def take(self, amount: int) -> None:
         """Account `amount` bytes about to be worked on inline; first yield to the loop if
         this pass has had its budget."""
-        spent, started = self.spent + amount, self._loop
-        if started is not None and spent <= self.budget and started.is_running():
-            # Within the budget of the running loop's pass under way (its `_reset` is due; a
-            # loop runs in one thread, as do the checks): taken without `get_running_loop`,
-            # a system call.
-            self.spent = spent
-            return
         loop = asyncio.get_running_loop()
         # Not an Event: what is awaited is the loop's next pass itself.
         while self._loop is loop and self.spent and self.spent + amount > self.budget:  # noqa: ASYNC110

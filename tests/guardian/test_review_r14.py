@@ -829,12 +829,6 @@ async def test_r14_a_take_over_budget_still_yields_a_pass() -> None:
     await counter
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LoopSlice.take: a take on loop B while loop A (another thread) is running and "
-    "holds the slice is accounted on A's pass (no yield, no _reset on B): latent, fairness "
-    "only; no guardian is shared across loops today",
-)
 def test_r14_a_take_counts_on_the_running_loops_pass_even_with_another_loop_running() -> None:
     budget = LoopSlice(100)
     other = asyncio.new_event_loop()
