@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import base64
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from aap_server.runtime.principal import Principal
 from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
 from bench._common import launch_server, wait_ready
+from bench.throughput import checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON = {"Content-Type": "application/json"}
@@ -144,15 +144,6 @@ async def measure(base: str, samples: int) -> dict[str, list[float]]:
 
 def p(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000
-
-
-def checkout(ref: str, into: Path) -> Path:
-    """The tree of git `ref` of this repository, unpacked under `into` (no worktree made)."""
-    target = into / "against"
-    target.mkdir()
-    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
-    return target
 
 
 async def phases(

@@ -83,12 +83,35 @@ class Server:
 
 
 def checkout(ref: str, into: Path) -> Path:
-    """The tree of git `ref` of this repository, unpacked under `into` (no worktree made)."""
+    """The tree of git `ref` of this repository, unpacked under `into` (no worktree made),
+    with its guardian's C extension built as `pip install` builds it: else that tree's
+    guardian runs its pure-Python fallback, and the comparison is not like for like."""
     target = into / f"at-{ref.replace('/', '_')}"
     target.mkdir()
     archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    if (target / NATIVE_SOURCE).exists():
+        subprocess.run(
+            [sys.executable, "-c", _BUILD_NATIVE, str(target)],
+            cwd=into,  # (not the checkout: its pyproject.toml is not this setuptools' to read)
+            check=True,
+            capture_output=True,
+        )
     return target
+
+
+NATIVE_SOURCE = "aap_server/guardian/_native.c"
+_BUILD_NATIVE = f"""
+import sys
+from setuptools import Extension, setup
+target = sys.argv[1]
+native = Extension("aap_server.guardian._native", [target + "/{NATIVE_SOURCE}"])
+setup(
+    name="aap-server-native",
+    ext_modules=[native],
+    script_args=["build_ext", "--build-lib", target, "--build-temp", target + "/.build", "-q"],
+)
+"""
 
 
 def start_aap(db: Path, source: Path | None = None, tag: str = "", workers: int = 1) -> Server:
