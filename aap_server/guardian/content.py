@@ -232,6 +232,13 @@ def view_of(request: aos.AosRequest, *, max_strings: int | None = None) -> StepV
                 arguments={},
                 texts=texts,
             )
+    return _general_view(request, max_strings)
+
+
+def _general_view(request: aos.AosRequest, max_strings: int | None) -> StepView:
+    """`view_of` of any step, the way that reads every method (a plain message is read
+    straight off in `view_of`, to the same view)."""
+    params: Any = request.params
     texts = _plain_texts(params)
     if texts is not None:
         if max_strings is not None and len(texts) > max_strings:

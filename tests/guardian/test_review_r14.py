@@ -27,7 +27,7 @@ from aap_server.agent import KnowledgeItem
 from aap_server.aos import AOS_METHODS
 from aap_server.guardian import Guardian, provenance
 from aap_server.guardian.base import GuardianUnavailable, checked
-from aap_server.guardian.content import ViewTooLarge, view_of
+from aap_server.guardian.content import ViewTooLarge, _general_view, view_of
 from aap_server.guardian.memory import _memory_encoder
 from aap_server.guardian.policy import (
     ArgumentMatch,
@@ -50,7 +50,6 @@ from aap_server.runtime.principal import Principal
 from aap_server.runtime.steps import StepFactory, aos_agent
 from agents.demo import AGENT as DEMO
 from tests.guardian.test_policy import AWS_KEY, CARD
-from tests.guardian.test_turn_fast_paths import _view_as_before
 
 # --- generated policies and steps ---------------------------------------------------------------
 
@@ -567,7 +566,7 @@ def test_r14_any_message_is_viewed_as_the_general_way_views_it(
     )
     request = msgspec.structs.replace(step, params=params)
     try:
-        expected = _view_as_before(request, max_strings)
+        expected = _general_view(request, max_strings)
     except ViewTooLarge:
         with pytest.raises(ViewTooLarge):
             view_of(request, max_strings=max_strings)

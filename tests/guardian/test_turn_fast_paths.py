@@ -15,14 +15,7 @@ from aap_server import aos
 from aap_server.guardian import FailClosed, Guardian, provenance
 from aap_server.guardian.aom import AomGuardian
 from aap_server.guardian.base import _well_typed, checked
-from aap_server.guardian.content import (
-    StepView,
-    ViewTooLarge,
-    _normalized,
-    _plain_texts,
-    _texts,
-    view_of,
-)
+from aap_server.guardian.content import StepView, ViewTooLarge, _general_view, view_of
 from aap_server.guardian.memory import (
     _BARE_LINK_HINTS,
     SessionFacts,
@@ -37,40 +30,6 @@ from aap_server.guardian.scan_pool import LoopSlice
 from tests.guardian.test_policy import AWS_KEY, CARD, steps
 
 # --- view_of ------------------------------------------------------------------------------
-
-
-def _view_as_before(request: aos.AosRequest, max_strings: int | None = None) -> StepView:
-    """`view_of` as written before a message was read straight off (the general way)."""
-    texts = _plain_texts(request.params)
-    if texts is not None:
-        if max_strings is not None and len(texts) > max_strings:
-            raise ViewTooLarge
-        normalized = request
-    else:
-        normalized = _normalized(request)
-    params: Any = normalized.params
-    context: aos.StepContext | None = getattr(params, "context", None)
-    role = tool = execution_id = None
-    arguments: dict[str, Any] = {}
-    if isinstance(params, aos.MessageParams):
-        role = params.message.role
-    elif isinstance(params, aos.ToolCallRequestParams):
-        tool = params.tool_call_request.tool_id
-        execution_id = params.tool_call_request.execution_id
-        arguments = {arg.name: arg.value for arg in params.tool_call_request.inputs}
-    elif isinstance(params, aos.ToolCallResultParams):
-        execution_id = params.effective_execution_id
-    return StepView(
-        method=request.method,
-        agent=context.agent.name if context else None,
-        session_id=context.session.id if context else None,
-        turn_id=context.turn_id if context else None,
-        role=role,
-        tool=tool,
-        execution_id=execution_id,
-        arguments=arguments,
-        texts=_texts(normalized, max_strings) if texts is None else texts,
-    )
 
 
 def _message(content: list[aos.Part], metadata: dict[str, Any] | None = None) -> aos.MessageStep:
@@ -103,7 +62,7 @@ def test_a_message_is_viewed_as_the_general_way_views_it(
     request_: aos.MessageStep, max_strings: int | None
 ) -> None:
     try:
-        expected: StepView | None = _view_as_before(request_, max_strings)
+        expected: StepView | None = _general_view(request_, max_strings)
     except ViewTooLarge:
         expected = None
     if expected is None:
@@ -117,7 +76,7 @@ def test_a_message_without_a_context_is_viewed_as_before() -> None:
     """(A struct built in-process is not validated: its context may be missing.)"""
     step = steps().message("user", "hi")
     bare = msgspec.structs.replace(step, params=msgspec.structs.replace(step.params, context=None))
-    assert view_of(bare) == _view_as_before(bare)
+    assert view_of(bare) == _general_view(bare, None)
 
 
 # --- the words and links of a text ------------------------------------------------------
