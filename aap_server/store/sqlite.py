@@ -7,11 +7,11 @@ whole transaction (BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error) costs o
 hop instead of one per statement (~60 µs each). Since the database thread runs one function
 at a time, no other operation can ever observe a transaction half done.
 
-Writes are committed in groups: the writes issued in one pass of the event loop, and those
-issued while a write transaction is on the writer thread, go to it in ONE hop and share ONE
-transaction; a write that fails is undone alone
-(the group is run again, each write in a savepoint of its own) and only its caller sees the
-error. No caller is answered before the COMMIT holding its write has returned.
+Writes are committed in groups: the writes issued while a write transaction is on the writer
+thread (and, under load, those issued in one pass of the event loop) go to it in ONE hop and
+share ONE transaction; a write that fails is undone alone (the group is run again, each write
+in a savepoint of its own) and only its caller sees the error. No caller is answered before
+the COMMIT holding its write has returned.
 
 Values are msgspec JSON bytes stored as BLOBs; history is one row per message keyed by
 (session_id, seq). A step reads nothing back: the writer keeps each session's next seqs,
