@@ -177,8 +177,9 @@ def _token_prints(token: str) -> Collection[int]:
 
 
 @functools.lru_cache(maxsize=_TOKEN_PRINTS_KEPT)
-def _kept_token_prints(token: str) -> Collection[int]:
-    return _word_prints(token)
+def _kept_token_prints(token: str) -> tuple[int, ...]:
+    # A tuple: the cache hands this one value to every caller (review r14).
+    return tuple(_word_prints(token))
 
 
 def _word_prints(token: str) -> Collection[int]:
