@@ -6,23 +6,12 @@ costs the server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import AsyncIterator
 
-from aap_server.agent import (
-    Agent,
-    AgentCapabilities,
-    AgentProvider,
-    Empty,
-    HistoryCapabilities,
-    LlmProvider,
-    ModelInfo,
-    ModelOutput,
-    ModelRequest,
-    StreamCapabilities,
-    TextDelta,
-    TurnModel,
-)
+from aap_server.agent import ModelOutput, ModelRequest, TextDelta, TurnModel
+from bench.echo_agent import AGENT as ECHO
 
 
 class HoldModel(TurnModel):
@@ -35,16 +24,13 @@ class HoldModel(TurnModel):
         yield TextDelta(text=" done.")
 
 
-AGENT = Agent(
+# The echo agent's card and capabilities, under its own name, with no compaction (a held
+# stream's session has one turn).
+AGENT = dataclasses.replace(
+    ECHO,
     name="bench-hold",
-    version="1.0.0",
     title="Bench hold",
     instructions="Hold the stream open.",
-    provider=AgentProvider(name="aap-server bench", url="https://github.com/aap-server/aap-server"),
-    model_info=ModelInfo(name="hold", id="hold-1", provider=LlmProvider(name="bench")),
     model=HoldModel(),
-    capabilities=AgentCapabilities(
-        stream=StreamCapabilities(delta=Empty(), message=Empty(), none=Empty()),
-        history=HistoryCapabilities(compacted=Empty(), full=Empty()),
-    ),
+    compaction=None,
 )
